@@ -37,10 +37,15 @@ class Attention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
+    def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head queries and keys exactly as they enter the dot product (probes read these)."""
         q = self.split_heads(self.q_proj(x))  # (B, nh, T, hs)
         k = self.split_heads(self.k_proj(x))  # (B, nh, T, hs)
+        return q, k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k = self.qk(x)  # (B, nh, T, hs) each
         v = self.split_heads(self.v_proj(x))  # (B, nh, T, hs)
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
