@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.init import check_init, init_weights
+from models.init import apply_weight_norm, check_init, init_weights
 from models.layers import Block
-from models.norms import build_norm
-from models.placement import get_placement, resolve_scales
+from models.norms import build_norm, check_causal_norm
+from models.placement import get_placement, layer_placements, resolve_scales
 
 
 @dataclass
@@ -31,6 +31,11 @@ class GPTConfig:
     mlp_ratio: int = 4
     deepnorm_alpha: float | None = None  # None: from the depth formula
     deepnorm_beta: float | None = None
+    mix_fraction: float = 0.25  # placement=mix: share of leading Post-LN layers (Li et al. 2024)
+    dyt_alpha: float = 0.5  # norm=dyt: init of the tanh scale a (Zhu et al. 2025)
+    norm_groups: int = 8  # norm=groupnorm: groups over n_embd, must divide it
+    qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
+    weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
@@ -46,7 +51,16 @@ class GPTConfig:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps <= 0:
             raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps}")
+        if not 0.0 <= self.mix_fraction <= 1.0:
+            raise ValueError(f"model.mix_fraction must be in [0, 1], got {self.mix_fraction}")
+        check_causal_norm(self.norm)
+        build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
         check_init(self.init)
+
+    @property
+    def norm_opts(self) -> dict[str, float]:
+        """Options every norm receives; each takes the ones it understands."""
+        return {"alpha": self.dyt_alpha, "groups": self.norm_groups}
 
 
 class GPT(nn.Module):
@@ -61,7 +75,6 @@ class GPT(nn.Module):
         self.alpha, self.beta = resolve_scales(
             placement, cfg.n_layer, self.kind, cfg.deepnorm_alpha, cfg.deepnorm_beta
         )
-        build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps)  # fail early on an unknown norm name
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
@@ -69,7 +82,7 @@ class GPT(nn.Module):
             Block(
                 cfg.n_embd,
                 cfg.n_head,
-                placement,
+                layer_placement,
                 norm=cfg.norm,
                 norm_eps=cfg.norm_eps,
                 alpha=self.alpha,
@@ -77,16 +90,20 @@ class GPT(nn.Module):
                 dropout=cfg.dropout,
                 bias=cfg.bias,
                 mlp_ratio=cfg.mlp_ratio,
+                norm_opts=cfg.norm_opts,
+                qk_norm=cfg.qk_norm,
             )
-            for _ in range(cfg.n_layer)
+            for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
         )
         self.final_norm = (
-            build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps)
+            build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, **cfg.norm_opts)
             if placement.final_norm
             else nn.Identity()
         )
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         init_weights(self, cfg.init, cfg.n_layer, self.beta)
+        if cfg.weight_norm:  # after init, so the effective weights are the initialized ones
+            apply_weight_norm(self)
         if cfg.tie_weights:
             self.lm_head.weight = self.tok_emb.weight
 

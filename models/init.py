@@ -5,6 +5,9 @@ Linear weight; embeddings get N(0, 0.02); biases and norm shifts start at 0, nor
 Then DeepNorm's beta multiplies the init of each block's v_proj, out_proj, fc1 and fc2 weights;
 q_proj and k_proj keep gain 1 (Wang et al. 2022, Sec. 2.3). With the Xavier-normal base this is
 exactly xavier_normal_(w, gain=beta).
+
+Weight normalization, when asked for, reparametrizes the block Linears after init, so g = ||w_init||
+per output row and the effective weight is the initialized one, DeepNorm's beta included.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
 
 EMBED_STD = 0.02
 
@@ -59,3 +63,20 @@ def init_weights(model: nn.Module, scheme: str, n_layer: int, beta: float = 1.0)
     for block in model.blocks:
         for linear in (block.attn.v_proj, block.attn.out_proj, block.mlp.fc1, block.mlp.fc2):
             linear.weight.mul_(beta)
+
+
+def apply_weight_norm(model: nn.Module) -> None:
+    """w = g * v / ||v|| (Salimans & Kingma 2016) on every block Linear; call after init_weights.
+
+    The Linears stay nn.Linear (parametrized) and `.weight` stays the effective weight.
+    """
+    for block in model.blocks:
+        for linear in (
+            block.attn.q_proj,
+            block.attn.k_proj,
+            block.attn.v_proj,
+            block.attn.out_proj,
+            block.mlp.fc1,
+            block.mlp.fc2,
+        ):
+            weight_norm(linear, name="weight", dim=0)

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.norms import build_norm
+from models.norms import build_norm, get_norm
 from models.placement import Placement
+
+NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
 
 
 class Attention(nn.Module):
     """Multi-head self-attention with separate q, k, v and output projections.
 
     Goes through F.scaled_dot_product_attention so a GPU uses the flash / memory-efficient kernels.
+    With `qk_norm` (a norm factory; Wortsman et al. 2023) each head's queries and keys are
+    normalized over the head dimension before the dot product; q_norm and k_norm are
+    identities otherwise.
     """
 
     def __init__(
-        self, n_embd: int, n_head: int, causal: bool, dropout: float = 0.0, bias: bool = True
+        self,
+        n_embd: int,
+        n_head: int,
+        causal: bool,
+        dropout: float = 0.0,
+        bias: bool = True,
+        qk_norm: NormFactory | None = None,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -32,6 +45,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.v_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        head_size = n_embd // n_head
+        self.q_norm = qk_norm(head_size) if qk_norm else nn.Identity()
+        self.k_norm = qk_norm(head_size) if qk_norm else nn.Identity()
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -39,8 +55,8 @@ class Attention(nn.Module):
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head queries and keys exactly as they enter the dot product (probes read these)."""
-        q = self.split_heads(self.q_proj(x))  # (B, nh, T, hs)
-        k = self.split_heads(self.k_proj(x))  # (B, nh, T, hs)
+        q = self.q_norm(self.split_heads(self.q_proj(x)))  # (B, nh, T, hs)
+        k = self.k_norm(self.split_heads(self.k_proj(x)))  # (B, nh, T, hs)
         return q, k
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -69,16 +85,42 @@ class MLP(nn.Module):
         return self.drop(self.fc2(F.gelu(self.fc1(x))))
 
 
+class Gate(nn.Module):
+    """ReZero's residual weight (Bachlechner et al. 2020): y = a * x, a one scalar, init 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x
+
+
+# Slot kind (placement.SLOT_KINDS) -> module, given the model's norm factory and the feature size.
+SLOTS: dict[str, Callable[[NormFactory, int], nn.Module]] = {
+    "none": lambda make_norm, dim: nn.Identity(),
+    "norm": lambda make_norm, dim: make_norm(dim),
+    "gate": lambda make_norm, dim: Gate(),
+}
+
+
 class Block(nn.Module):
-    """One Transformer layer: an attention and an MLP residual sub-layer, each computing
+    """One Transformer layer with input x0: an attention and an MLP residual sub-layer,
 
-        y = Post( alpha * x + BranchOut( F( Pre(x) ) ) )
+        h = Post( alpha * x0 + BranchOut( Attn( Pre(x0) ) ) )
+        y = Post( alpha * h  + BranchOut( MLP( Pre(h) ) ) + s * x0 )
 
-    Post-LN (Pre, BranchOut = I; alpha = 1):    y = LN(x + F(x))
-    Pre-LN  (BranchOut, Post = I; alpha = 1):   y = x + F(LN(x))
-    DeepNorm (as Post-LN, alpha = (2N)^(1/4)):  y = LN(alpha * x + F(x))
+    Post-LN  (Post = LN):                      y = LN(x + F(x))
+    Pre-LN   (Pre = LN):                       y = x + F(LN(x))
+    DeepNorm (as Post-LN, alpha = (2N)^(1/4)): y = LN(alpha * x + F(x))
+    Sandwich (Pre = BranchOut = LN):           y = x + LN(F(LN(x)))
+    ReZero   (BranchOut = gate a, init 0):     y = x + a * F(x)
+    B2T      (as Post-LN, s = 1):              h = LN(x0 + Attn(x0)); y = LN(x0 + h + MLP(h))
+    Mix-LN: the model gives its first layers Post-LN records and the rest Pre-LN records.
 
-    A slot without a norm holds nn.Identity(), so forward has no placement branches.
+    A slot holds nn.Identity(), a norm or a Gate, and s is 0 but for B2T, so forward has no
+    placement branches. Norm options (`norm_opts`: alpha for dyt, groups for groupnorm) reach
+    every norm; `qk_norm` adds the per-head q/k norm named by the norm's registry entry.
     """
 
     def __init__(
@@ -93,33 +135,50 @@ class Block(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         mlp_ratio: int = 4,
+        norm_opts: Mapping[str, float] | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
+        if placement.layers is not None:
+            raise ValueError(
+                f"placement={placement.name} differs by layer; build each Block from "
+                "models.placement.layer_placements(...)"
+            )
+        opts = dict(norm_opts or {})
+
+        def make_norm(dim: int) -> nn.Module:
+            return build_norm(norm, dim, norm_eps, **opts)
+
+        def make_qk_norm(dim: int) -> nn.Module:
+            return build_norm(get_norm(norm).qk, dim, norm_eps, **opts)
+
+        self.placement_name = placement.name  # per layer: Mix-LN's blocks say post or pre
         self.alpha = alpha
-        self.attn = Attention(n_embd, n_head, causal=causal, dropout=dropout, bias=bias)
+        self.input_skip = placement.input_skip
+        self.attn = Attention(
+            n_embd,
+            n_head,
+            causal=causal,
+            dropout=dropout,
+            bias=bias,
+            qk_norm=make_qk_norm if qk_norm else None,
+        )
         self.mlp = MLP(n_embd, mlp_ratio=mlp_ratio, dropout=dropout, bias=bias)
         self.attn_drop = nn.Dropout(dropout)
-
-        def slot(has_norm: bool) -> nn.Module:
-            return build_norm(norm, n_embd, norm_eps) if has_norm else nn.Identity()
-
         self.attn_pre, self.attn_branch_out, self.attn_post = (
-            slot(placement.pre),
-            slot(placement.branch_out),
-            slot(placement.post),
+            SLOTS[kind](make_norm, n_embd) for kind in placement.slots
         )
         self.mlp_pre, self.mlp_branch_out, self.mlp_post = (
-            slot(placement.pre),
-            slot(placement.branch_out),
-            slot(placement.post),
+            SLOTS[kind](make_norm, n_embd) for kind in placement.slots
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x0 = x
         h = self.attn_drop(self.attn(self.attn_pre(x)))
         x = self.attn_post(self.alpha * x + self.attn_branch_out(h))
         h = self.mlp(self.mlp_pre(x))
-        x = self.mlp_post(self.alpha * x + self.mlp_branch_out(h))
+        x = self.mlp_post(self.alpha * x + self.mlp_branch_out(h) + self.input_skip * x0)
         return x
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha:.4g}"
+        return f"{self.placement_name}, alpha={self.alpha:.4g}, input_skip={self.input_skip:g}"

@@ -1,11 +1,15 @@
-"""Normalization layers and the NORMS registry (name -> constructor(dim, eps)).
+"""Normalization layers and the NORMS registry (name -> NormSpec, called as spec(dim, eps, **opts)).
 
-Every norm maps a (..., dim) tensor to the same shape, normalizing over the last dimension.
+Every norm maps a (..., dim) tensor to the same shape and normalizes features. Most take their
+statistics from one token's features alone; BatchNorm and InstanceNorm also take them across the
+batch and/or the sequence, which each registry entry records in `mixes`, so a causal model can
+refuse them (their statistics would carry future tokens into the present).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -43,14 +47,163 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-NORMS: dict[str, Callable[[int, float], nn.Module]] = {
-    "layernorm": LayerNorm,
-    "rmsnorm": RMSNorm,
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025): y = gamma * tanh(a * x) + beta, a one learnable scalar.
+
+    Takes no statistics at all; eps is accepted for a uniform constructor and unused.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, alpha: float = 0.5) -> None:
+        super().__init__()
+        if not alpha > 0:
+            raise ValueError(f"dyt_alpha must be > 0, got {alpha}; the paper's default is 0.5")
+        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
+
+
+class GroupNorm(nn.Module):
+    """GroupNorm (Wu & He 2018) over one token's features: the dim features split into `groups`
+    contiguous groups, each normalized by its own mean and biased variance, then a per-feature
+    gamma and beta. One group is LayerNorm; dim groups leave nothing but beta."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, groups: int = 8) -> None:
+        super().__init__()
+        if not isinstance(groups, int) or groups <= 0 or dim % groups != 0:
+            raise ValueError(
+                f"norm_groups={groups!r} does not divide the feature size {dim}; "
+                "pick model.norm_groups as a positive divisor of model.n_embd"
+            )
+        self.eps, self.groups = eps, groups
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # group_norm reads (N, C): every token becomes one sample, so no statistic spans tokens.
+        y = F.group_norm(x.reshape(-1, x.shape[-1]), self.groups, self.weight, self.bias, self.eps)
+        return y.view(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}"
+
+
+class BatchNorm(nn.Module):
+    """BatchNorm (Ioffe & Szegedy 2015) per feature over every (sample, token) position.
+
+    Training uses the batch's statistics and updates running ones; eval uses the running ones,
+    so in eval a sample's output does not depend on the rest of its batch.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.register_buffer("running_mean", torch.zeros(dim))
+        self.register_buffer("running_var", torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.batch_norm(
+            x.reshape(-1, x.shape[-1]),  # (B*T, C)
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            training=self.training,
+            momentum=self.momentum,
+            eps=self.eps,
+        )
+        return y.view(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"
+
+
+class InstanceNorm(nn.Module):
+    """InstanceNorm (Ulyanov et al. 2016) per sample and feature over the tokens: input (..., T, C),
+    statistics over T, biased variance, per-feature gamma and beta. No running statistics."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T, C = x.shape[-2:]
+        seq = x.reshape(-1, T, C).transpose(1, 2)  # (N, C, T)
+        y = F.instance_norm(seq, weight=self.weight, bias=self.bias, eps=self.eps)
+        return y.transpose(1, 2).reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def no_norm(dim: int, eps: float = 1e-5) -> nn.Module:
+    return nn.Identity()
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """A NORMS entry: the constructor and what a model needs to know before building it."""
+
+    build: Callable[..., nn.Module]  # (dim, eps, **options) -> module
+    options: tuple[str, ...] = ()  # keyword options the constructor takes
+    mixes: frozenset[str] = field(default_factory=frozenset)  # "batch", "sequence"
+    qk: str = "layernorm"  # the per-head norm qk-norm uses when this is the model's norm
+    paper: str = ""
+
+    def __call__(self, dim: int, eps: float = 1e-5, **opts: float) -> nn.Module:
+        # A model passes all of its norm options; each norm takes the ones it understands.
+        return self.build(dim, eps, **{k: v for k, v in opts.items() if k in self.options})
+
+
+NORMS: dict[str, NormSpec] = {
+    "layernorm": NormSpec(LayerNorm, qk="layernorm", paper="Ba et al. 2016"),
+    "rmsnorm": NormSpec(RMSNorm, qk="rmsnorm", paper="Zhang & Sennrich 2019"),
+    "dyt": NormSpec(DyT, options=("alpha",), qk="dyt", paper="Zhu et al. 2025"),
+    # A head's features are already one group, so qk-norm uses LayerNorm for GroupNorm.
+    "groupnorm": NormSpec(GroupNorm, options=("groups",), paper="Wu & He 2018"),
+    # qk-norm must act per token and head; the cross-token norms leave it to LayerNorm.
+    "batchnorm": NormSpec(
+        BatchNorm, mixes=frozenset({"batch", "sequence"}), paper="Ioffe & Szegedy 2015"
+    ),
+    "instancenorm": NormSpec(InstanceNorm, mixes=frozenset({"sequence"}), paper="Ulyanov 2016"),
+    # With no norm to borrow, qk-norm (when asked for) uses LayerNorm.
+    "none": NormSpec(no_norm),
 }
 
 
-def build_norm(name: str, dim: int, eps: float = 1e-5) -> nn.Module:
-    """Build the norm registered under `name` over a feature dimension of size `dim`."""
+def get_norm(name: str) -> NormSpec:
     if name not in NORMS:
         raise ValueError(f"unknown norm '{name}'; choose one of: {', '.join(sorted(NORMS))}")
-    return NORMS[name](dim, eps)
+    return NORMS[name]
+
+
+def build_norm(name: str, dim: int, eps: float = 1e-5, **opts: float) -> nn.Module:
+    """Build the norm registered under `name` over a feature dimension of size `dim`.
+
+    `opts` (alpha for dyt, groups for groupnorm) go to the norms that take them.
+    """
+    return get_norm(name)(dim, eps, **opts)
+
+
+def per_token_norms() -> list[str]:
+    return sorted(name for name, spec in NORMS.items() if not spec.mixes)
+
+
+def check_causal_norm(name: str) -> None:
+    """Refuse norms whose statistics span the batch or the sequence in a causal model."""
+    spec = get_norm(name)
+    if spec.mixes:
+        raise ValueError(
+            f"norm={name} takes statistics across the {' and '.join(sorted(spec.mixes))}, which "
+            "leaks future tokens into a causal LM's training; use "
+            f"norm={'|'.join(per_token_norms())}, or model=vit"
+        )

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.init import check_init, init_weights
+from models.init import apply_weight_norm, check_init, init_weights
 from models.layers import Block
 from models.norms import build_norm
-from models.placement import get_placement, resolve_scales
+from models.placement import get_placement, layer_placements, resolve_scales
 
 POOLS = ("cls", "mean")
 
@@ -35,6 +35,11 @@ class ViTConfig:
     mlp_ratio: int = 4
     deepnorm_alpha: float | None = None  # None: from the depth formula
     deepnorm_beta: float | None = None
+    mix_fraction: float = 0.25  # placement=mix: share of leading Post-LN layers (Li et al. 2024)
+    dyt_alpha: float = 0.5  # norm=dyt: init of the tanh scale a (Zhu et al. 2025)
+    norm_groups: int = 8  # norm=groupnorm: groups over n_embd, must divide it
+    qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
+    weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
 
     def __post_init__(self) -> None:
         for name in (
@@ -66,7 +71,15 @@ class ViTConfig:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps <= 0:
             raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps}")
+        if not 0.0 <= self.mix_fraction <= 1.0:
+            raise ValueError(f"model.mix_fraction must be in [0, 1], got {self.mix_fraction}")
+        build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
         check_init(self.init)
+
+    @property
+    def norm_opts(self) -> dict[str, float]:
+        """Options every norm receives; each takes the ones it understands."""
+        return {"alpha": self.dyt_alpha, "groups": self.norm_groups}
 
     @property
     def num_patches(self) -> int:
@@ -85,7 +98,6 @@ class ViT(nn.Module):
         self.alpha, self.beta = resolve_scales(
             placement, cfg.n_layer, self.kind, cfg.deepnorm_alpha, cfg.deepnorm_beta
         )
-        build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps)  # fail early on an unknown norm name
         patch_dim = cfg.in_chans * cfg.patch_size**2
         n_tokens = cfg.num_patches + (1 if cfg.pool == "cls" else 0)
         self.patch_embed = nn.Linear(patch_dim, cfg.n_embd)
@@ -96,7 +108,7 @@ class ViT(nn.Module):
             Block(
                 cfg.n_embd,
                 cfg.n_head,
-                placement,
+                layer_placement,
                 norm=cfg.norm,
                 norm_eps=cfg.norm_eps,
                 alpha=self.alpha,
@@ -104,16 +116,20 @@ class ViT(nn.Module):
                 dropout=cfg.dropout,
                 bias=cfg.bias,
                 mlp_ratio=cfg.mlp_ratio,
+                norm_opts=cfg.norm_opts,
+                qk_norm=cfg.qk_norm,
             )
-            for _ in range(cfg.n_layer)
+            for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
         )
         self.final_norm = (
-            build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps)
+            build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, **cfg.norm_opts)
             if placement.final_norm
             else nn.Identity()
         )
         self.head = nn.Linear(cfg.n_embd, cfg.num_classes)
         init_weights(self, cfg.init, cfg.n_layer, self.beta)
+        if cfg.weight_norm:  # after init, so the effective weights are the initialized ones
+            apply_weight_norm(self)
         with torch.no_grad():
             nn.init.normal_(self.pos_emb, std=0.02)
             if self.cls_token is not None:
@@ -144,8 +160,10 @@ class ViT(nn.Module):
         x = self.drop(x + self.pos_emb)
         for block in self.blocks:
             x = block(x)
-        # The final norm (Pre-LN's) acts per token, so it commutes with taking the cls token.
+        # Normalize the tokens before pooling: norms with statistics across tokens or the batch
+        # (instancenorm, batchnorm) need the whole sequence; for the cls token it is the same.
+        x = self.final_norm(x)  # (B, N', C)
         x = x[:, 0] if self.cls_token is not None else x.mean(dim=1)  # (B, C)
-        logits = self.head(self.final_norm(x))  # (B, num_classes)
+        logits = self.head(x)  # (B, num_classes)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return logits, loss

@@ -10,7 +10,7 @@ from torch import nn
 
 from models.gpt import GPT, GPTConfig
 from models.layers import Block
-from models.norms import NORMS, LayerNorm, RMSNorm, build_norm
+from models.norms import NORMS, LayerNorm, RMSNorm, build_norm, per_token_norms
 from models.placement import PLACEMENTS, deepnorm_alpha_beta, get_placement, resolve_scales
 from models.vit import ViT, ViTConfig
 
@@ -210,10 +210,12 @@ def test_gpt2_init_std():
 # ---------------------------------------------------------------- whole models
 
 
-ALL = [(p, n) for p in sorted(PLACEMENTS) for n in sorted(NORMS)]
+# Every placement x every norm the model accepts (the GPT refuses cross-token norms).
+GPT_ALL = [(p, n) for p in sorted(PLACEMENTS) for n in per_token_norms()]
+VIT_ALL = [(p, n) for p in sorted(PLACEMENTS) for n in sorted(NORMS)]
 
 
-@pytest.mark.parametrize("placement,norm", ALL)
+@pytest.mark.parametrize("placement,norm", GPT_ALL)
 def test_gpt_is_causal(placement, norm):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY_GPT, placement=placement, norm=norm)).eval()
@@ -228,23 +230,36 @@ def test_gpt_is_causal(placement, norm):
 
 
 def norm_params(norm: str, d: int) -> int:
-    return {"layernorm": 2 * d, "rmsnorm": d}[norm]
+    two = 2 * d  # gain and shift
+    return {"layernorm": two, "rmsnorm": d, "dyt": two + 1, "groupnorm": two, "batchnorm": two,
+            "instancenorm": two, "none": 0}[norm]  # fmt: skip
+
+
+def layer_kinds(placement: str, n_layer: int) -> list[str]:
+    """Per-layer placement names; Mix-LN (default fraction 1/4): floor(L / 4) Post-LN, then Pre."""
+    if placement != "mix":
+        return [placement] * n_layer
+    return ["post"] * (n_layer // 4) + ["pre"] * (n_layer - n_layer // 4)
 
 
 def block_params(d: int, ratio: int, norm: str, placement: str) -> int:
     p = PLACEMENTS[placement]
     linears = 4 * (d * d + d) + (d * ratio * d + ratio * d) + (ratio * d * d + d)
-    slots = 2 * (int(p.pre) + int(p.branch_out) + int(p.post))
-    return linears + slots * norm_params(norm, d)
+    per_slot = {"none": 0, "norm": norm_params(norm, d), "gate": 1}
+    return linears + 2 * sum(per_slot[kind] for kind in p.slots)
 
 
-@pytest.mark.parametrize("placement,norm", ALL)
+def blocks_params(d: int, ratio: int, norm: str, placement: str, n_layer: int) -> int:
+    return sum(block_params(d, ratio, norm, k) for k in layer_kinds(placement, n_layer))
+
+
+@pytest.mark.parametrize("placement,norm", GPT_ALL)
 @pytest.mark.parametrize("tie", [True, False])
 def test_gpt_forward_backward_and_param_count(placement, norm, tie):
     cfg = GPTConfig(**TINY_GPT, placement=placement, norm=norm, tie_weights=tie)
     model = GPT(cfg)
     V, T, d, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
-    expected = V * d + T * d + L * block_params(d, cfg.mlp_ratio, norm, placement)
+    expected = V * d + T * d + blocks_params(d, cfg.mlp_ratio, norm, placement, L)
     expected += norm_params(norm, d) * PLACEMENTS[placement].final_norm + (0 if tie else V * d)
     assert model.num_params() == expected
     idx = torch.randint(0, V, (2, T))
@@ -255,14 +270,14 @@ def test_gpt_forward_backward_and_param_count(placement, norm, tie):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("placement,norm", ALL)
+@pytest.mark.parametrize("placement,norm", VIT_ALL)
 @pytest.mark.parametrize("pool", ["cls", "mean"])
 def test_vit_forward_backward_and_param_count(placement, norm, pool):
     cfg = ViTConfig(**TINY_VIT, placement=placement, norm=norm, pool=pool)
     model = ViT(cfg)
     d, n_tok = cfg.n_embd, cfg.num_patches + (pool == "cls")
     expected = (cfg.patch_size**2 * cfg.in_chans + 1) * d + n_tok * d + (pool == "cls") * d
-    expected += cfg.n_layer * block_params(d, cfg.mlp_ratio, norm, placement)
+    expected += blocks_params(d, cfg.mlp_ratio, norm, placement, cfg.n_layer)
     expected += norm_params(norm, d) * PLACEMENTS[placement].final_norm + (d + 1) * 10
     assert model.num_params() == expected
     images, labels = torch.randn(3, 1, 8, 8), torch.tensor([0, 3, 9])
