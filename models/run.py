@@ -1,0 +1,268 @@
+"""Turn a composed config into the parts of a run: data, model, task, loggers, callbacks, trainer.
+
+Config nodes hold primitives only; names become classes here, through the MODELS registry and
+typed dataclasses, so an unknown key or name fails before any training with one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from data.text import TextDataConfig, TextDataModule
+from data.vision import ImageDataConfig, ImageDataModule
+from models.gpt import GPT, GPTConfig
+from models.tasks import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
+from models.vit import ViT, ViTConfig
+
+# The run dir already holds .hydra/ and vocab.json when the checkpoint callback first looks.
+warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the fix."""
+
+
+def from_node(cls: type, node: Any, where: str, **extra: Any):
+    """``cls(**node, **extra)`` with unknown keys reported by config path and valid keys listed."""
+    values = {**OmegaConf.to_container(node, resolve=True), **extra}
+    valid = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - valid)
+    if unknown:
+        raise ConfigError(
+            f"{where}.{unknown[0]} is not a setting of {cls.__name__}; "
+            f"valid keys: {', '.join(sorted(valid - set(extra)))}"
+        )
+    return cls(**values)
+
+
+# --- what each model needs: its config and module, its task, and the data family it reads ----
+@dataclass(frozen=True)
+class ModelSpec:
+    config: type
+    module: Callable[[Any], nn.Module]
+    task: type[TrainTask]
+    data_kind: str  # the `kind` key of the data configs it accepts
+    data_config: type
+    datamodule: Callable[[Any, DictConfig], L.LightningDataModule]  # (data config, run config)
+    data_fields: Callable[[Any], dict]  # model config fields read off the prepared datamodule
+
+
+MODELS: dict[str, ModelSpec] = {
+    "gpt": ModelSpec(
+        GPTConfig,
+        GPT,
+        LanguageModelTask,
+        "text",
+        TextDataConfig,
+        lambda d, cfg: TextDataModule(d, cfg.model.block_size, cfg.data.batch_size, cfg.seed),
+        lambda dm: {"vocab_size": dm.vocab_size},
+    ),
+    "vit": ModelSpec(
+        ViTConfig,
+        ViT,
+        ImageClassificationTask,
+        "image",
+        ImageDataConfig,
+        lambda d, cfg: ImageDataModule(d, cfg.data.batch_size, cfg.seed),
+        lambda dm: {
+            "image_size": dm.image_size,
+            "in_chans": dm.in_chans,
+            "num_classes": dm.num_classes,
+        },
+    ),
+}
+
+
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    name = cfg.model.name
+    if name not in MODELS:
+        raise ConfigError(f"unknown model.name '{name}'; choose one of: {', '.join(MODELS)}")
+    spec = MODELS[name]
+    if cfg.data.kind != spec.data_kind:
+        raise ConfigError(
+            f"model={name} trains on {spec.data_kind} data but the data config holds "
+            f"{cfg.data.kind} data; pick a data=... option of kind {spec.data_kind}"
+        )
+    return spec
+
+
+def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
+    """The datamodule, set up now: the model's vocabulary or image shape depends on it."""
+    node = OmegaConf.masked_copy(cfg.data, [k for k in cfg.data if k not in ("kind", "batch_size")])
+    data_cfg = from_node(spec.data_config, node, "data")
+    dm = spec.datamodule(data_cfg, cfg)
+    dm.setup("fit")
+    return dm
+
+
+def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
+    """Model config = model node + placement + norm + fields the data decides."""
+    node = OmegaConf.masked_copy(cfg.model, [k for k in cfg.model if k != "name"])
+    placement = cfg.placement
+    model_cfg = from_node(
+        spec.config,
+        node,
+        "model",
+        placement=placement.name,
+        norm=cfg.norm.name,
+        norm_eps=cfg.norm.eps,
+        deepnorm_alpha=placement.get("alpha"),
+        deepnorm_beta=placement.get("beta"),
+        **spec.data_fields(dm),
+    )
+    return spec.module(model_cfg)
+
+
+def build_optim(cfg: DictConfig) -> OptimConfig:
+    return from_node(OptimConfig, cfg.optim, "optim")
+
+
+# --- loggers -------------------------------------------------------------------------------
+def wandb_group(cfg: DictConfig) -> str | None:
+    """Explicit group, else the experiment's name, else the sweep's dir for a multirun."""
+    if cfg.get("group"):
+        return str(cfg.group)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    experiment = hydra_cfg.runtime.choices.get("experiment")
+    if experiment:
+        return str(experiment)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return "sweep-" + "-".join(Path(hydra_cfg.sweep.dir).parts[-2:])
+    return None
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
+    node = cfg.get("logger") or {}
+    loggers: list[Logger] = []
+    if "csv" in node:
+        # name="" and version="" put metrics.csv straight into the run dir.
+        loggers.append(CSVLogger(run_dir, name="", version="", **node.csv))
+    if "wandb" in node:
+        w = OmegaConf.to_container(node.wandb, resolve=True)
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config.pop("hydra", None)
+        tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
+        loggers.append(
+            WandbLogger(
+                name=cfg.name,
+                save_dir=str(run_dir),
+                group=wandb_group(cfg),
+                tags=tags,
+                config=config,
+                **w,
+            )
+        )
+    unknown = set(node) - {"csv", "wandb"}
+    if unknown:
+        raise ConfigError(f"unknown logger '{sorted(unknown)[0]}'; choose from: csv, wandb")
+    return loggers
+
+
+def finish_wandb() -> None:
+    """Close the wandb run, so the next job of a multirun starts its own."""
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()
+
+
+# --- callbacks and trainer -------------------------------------------------------------------
+def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
+    """Progress bar and periodic last.ckpt; training probes plug in here."""
+    callbacks: list[Callback] = []
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(RichProgressBar(leave=True))
+    if cfg.trainer.get("enable_checkpointing", True):
+        # Saves at each validation: last.ckpt is at most one val interval old for resuming.
+        callbacks.append(ModelCheckpoint(run_dir, "last", enable_version_counter=False))
+    return callbacks
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list[Logger]) -> L.Trainer:
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    try:
+        return L.Trainer(
+            default_root_dir=run_dir,
+            logger=loggers or False,
+            callbacks=build_callbacks(cfg, run_dir),
+            **kwargs,
+        )
+    except TypeError as err:
+        raise ConfigError(f"trainer: {err}; keys under trainer are lightning.Trainer args") from err
+
+
+def set_threads(num_threads: int | None) -> int:
+    """All cores this process may use unless configured (torch defaults to physical cores)."""
+    n = num_threads
+    if not n:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = n or 1
+    torch.set_num_threads(n)
+    return n
+
+
+# --- summary ----------------------------------------------------------------------------------
+def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
+    """The fields summary.json holds whatever happens to the run."""
+    summary = {
+        "status": "failed",
+        "name": cfg.name,
+        "model": cfg.model.name,
+        "placement": cfg.placement.name,
+        "norm": cfg.norm.name,
+        "n_layer": cfg.model.n_layer,
+        "n_embd": cfg.model.n_embd,
+        "lr": cfg.optim.lr,
+        "warmup_steps": cfg.optim.warmup_steps,
+        "seed": cfg.seed,
+        "steps": 0,
+        "diverged_at_step": None,
+        "final_train_loss": None,
+        "final_val_loss": None,
+        "best_val_loss": None,
+        "wall_s": None,
+        "run_dir": str(run_dir),
+        "params": None,
+    }
+    if cfg.model.name == "vit":
+        summary.update(final_val_acc=None, best_val_acc=None, samples_per_s=None)
+    else:
+        summary["tokens_per_s"] = None
+    return summary
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    def clean(v: Any) -> Any:  # JSON has no NaN/inf: write null
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    path.write_text(json.dumps({k: clean(v) for k, v in summary.items()}, indent=2) + "\n")
+
+
+def result_line(summary: dict) -> str:
+    def fmt(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.4f}"
+
+    acc = f" val_acc={fmt(summary['final_val_acc'])}" if "final_val_acc" in summary else ""
+    return (
+        f"val_loss={fmt(summary['final_val_loss'])}{acc} status={summary['status']} "
+        f"dir={summary['run_dir']}"
+    )

@@ -1,0 +1,286 @@
+"""Lightning task modules: the optimizer, the learning-rate schedule and what each task logs.
+
+A task wraps one pure-torch model whose forward returns ``(output, loss)``. The shared base owns
+AdamW (weight decay on >=2-D weights only), warmup + schedule stepped per optimizer step,
+throughput, best/last metric tracking and divergence; the two tasks add only what they log.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import lightning.pytorch as L
+import torch
+from torch import nn
+
+
+def cosine_multiplier(progress: float, min_lr_ratio: float) -> float:
+    """Half a cosine from 1 down to ``min_lr_ratio`` as progress goes 0 -> 1."""
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def constant_multiplier(progress: float, min_lr_ratio: float) -> float:
+    return 1.0
+
+
+# Schedule after warmup: (progress in [0, 1], min_lr_ratio) -> lr multiplier.
+SCHEDULES: dict[str, Callable[[float, float], float]] = {
+    "cosine": cosine_multiplier,
+    "constant": constant_multiplier,
+}
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # a YAML list arrives as a list
+        if self.name not in OPTIMIZERS:
+            raise ValueError(
+                f"unknown optimizer '{self.name}'; choose one of: {', '.join(OPTIMIZERS)}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"unknown optim.schedule '{self.schedule}'; choose one of: {', '.join(SCHEDULES)}"
+            )
+        if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(
+                f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "
+                f"lr={self.lr}, warmup_steps={self.warmup_steps}, min_lr_ratio={self.min_lr_ratio}"
+            )
+
+
+def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
+    """LR multiplier at optimizer step ``step`` (0-based).
+
+    Warmup: (step + 1) / warmup_steps for step < warmup_steps, so the first step already moves.
+    Then the schedule at progress (step - warmup_steps) / (total_steps - warmup_steps), clamped.
+    """
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+    return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices and embeddings (>=2-D); leave biases and norm gains (1-D) alone."""
+    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_adamw(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+
+
+OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimizer]] = {
+    "adamw": build_adamw,
+}
+
+
+class TrainTask(L.LightningModule):
+    """Shared training loop pieces. Subclasses name their throughput unit and may add metrics.
+
+    ``status`` is "completed" unless the loss turns non-finite (then "diverged": the step is
+    skipped and the trainer stops cleanly). Callbacks that detect divergence otherwise call
+    ``mark_diverged``.
+    """
+
+    unit = "samples"  # throughput/{unit}_per_s
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, total_steps: int) -> None:
+        super().__init__()
+        self.model = model
+        self.optim = optim
+        self.total_steps = total_steps
+        self.status = "completed"
+        self.diverged_at_step: int | None = None
+        self.last_train_loss: float | None = None
+        self.last_val_loss: float | None = None
+        self.best_val_loss: float | None = None
+        self.last_val_step: int | None = None
+        self.units_seen = 0
+        self.train_seconds = 0.0
+        self._step_start = 0.0
+        self._val_sums: dict[str, torch.Tensor] = {}
+
+    def count_units(self, batch) -> int:
+        """Tokens or samples in one batch (for throughput)."""
+        return int(batch[1].numel())
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None):
+        return self.model(inputs, targets)
+
+    # --- training -------------------------------------------------------------------------
+    def mark_diverged(self, step: int) -> None:
+        if self.status != "diverged":
+            self.status = "diverged"
+            self.diverged_at_step = step
+        self.trainer.should_stop = True
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        self._step_start = time.perf_counter()
+
+    def training_step(self, batch, batch_idx: int):
+        inputs, targets = batch
+        _, loss = self(inputs, targets)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
+        if not torch.isfinite(loss):
+            self.mark_diverged(self.global_step)
+            return None  # skips backward and the optimizer step: the weights stay finite
+        self.last_train_loss = float(loss.detach())
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # Compute time only: the interval excludes validation, checkpointing and logger flushes.
+        seconds = time.perf_counter() - self._step_start
+        units = self.count_units(batch) * self.trainer.world_size
+        self.units_seen += units
+        self.train_seconds += seconds
+        self.log(f"throughput/{self.unit}_per_s", units / max(seconds, 1e-9), on_step=True)
+
+    @property
+    def throughput(self) -> float | None:
+        return self.units_seen / self.train_seconds if self.train_seconds > 0 else None
+
+    def configure_optimizers(self):
+        optimizer = OPTIMIZERS[self.optim.name](
+            param_groups(self.model, self.optim.weight_decay), self.optim
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_multiplier(step, self.optim, self.total_steps)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    # --- validation: sums reduced across devices, so the mean is exact under DDP ----------
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = {}
+
+    def accumulate(self, **sums: torch.Tensor) -> None:
+        for key, value in sums.items():
+            self._val_sums[key] = self._val_sums.get(key, 0.0) + value.detach().double()
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        inputs, targets = batch
+        _, loss = self(inputs, targets)
+        n = targets.new_tensor(float(targets.shape[0]), dtype=torch.float64)
+        self.accumulate(loss=loss * n, count=n)
+
+    def reduced_val_sums(self) -> dict[str, float]:
+        return {
+            k: float(self.trainer.strategy.reduce(v, reduce_op="sum"))
+            for k, v in self._val_sums.items()
+        }
+
+    def on_validation_epoch_end(self) -> None:
+        if not self._val_sums:
+            return
+        sums = self.reduced_val_sums()
+        metrics = {"val/loss": sums["loss"] / sums["count"], **self.val_extras(sums)}
+        self.log_dict(metrics, prog_bar=True, logger=False)  # progress bar, callback_metrics
+        if self.trainer.sanity_checking:
+            return
+        # Logged at the number of optimizer steps taken, like train/loss (Lightning's own val
+        # logging lands one step earlier during fit and one later after it).
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.global_step)
+        self.track_val(metrics)
+
+    def val_extras(self, sums: dict[str, float]) -> dict[str, float]:
+        """Subclasses add metrics beyond val/loss, computed from the reduced sums."""
+        return {}
+
+    def track_val(self, metrics: dict[str, float]) -> None:
+        val_loss = metrics["val/loss"]
+        self.last_val_loss, self.last_val_step = val_loss, self.global_step
+        if math.isfinite(val_loss) and (
+            self.best_val_loss is None or val_loss < self.best_val_loss
+        ):
+            self.best_val_loss = val_loss
+
+    # --- resume: tracked results travel with the checkpoint (the datamodule keeps its step) --
+    TRACKED = (
+        "status",
+        "diverged_at_step",
+        "last_train_loss",
+        "last_val_loss",
+        "last_val_step",
+        "best_val_loss",
+    )
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["normlab_task"] = {k: getattr(self, k) for k in self.TRACKED}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        for key, value in checkpoint.get("normlab_task", {}).items():
+            setattr(self, key, value)
+
+    def results(self) -> dict:
+        """The task's part of summary.json."""
+        return {
+            "status": self.status,
+            "diverged_at_step": self.diverged_at_step,
+            "final_train_loss": self.last_train_loss,
+            "final_val_loss": self.last_val_loss,
+            "best_val_loss": self.best_val_loss,
+            f"{self.unit}_per_s": self.throughput,
+        }
+
+
+class LanguageModelTask(TrainTask):
+    """Next-token prediction; the loss is mean cross-entropy in nats per token."""
+
+    unit = "tokens"
+
+
+class ImageClassificationTask(TrainTask):
+    """Image classification; adds val/acc and tracks the best accuracy."""
+
+    unit = "samples"
+    TRACKED = (*TrainTask.TRACKED, "best_val_acc", "last_val_acc")
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, total_steps: int) -> None:
+        super().__init__(model, optim, total_steps)
+        self.best_val_acc: float | None = None
+        self.last_val_acc: float | None = None
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        images, labels = batch
+        logits, loss = self(images, labels)
+        n = labels.new_tensor(float(labels.shape[0]), dtype=torch.float64)
+        correct = (logits.argmax(dim=-1) == labels).sum()
+        self.accumulate(loss=loss * n, count=n, correct=correct)
+
+    def val_extras(self, sums: dict[str, float]) -> dict[str, float]:
+        return {"val/acc": sums["correct"] / sums["count"]}
+
+    def track_val(self, metrics: dict[str, float]) -> None:
+        super().track_val(metrics)
+        acc = self.last_val_acc = metrics["val/acc"]
+        self.best_val_acc = acc if self.best_val_acc is None else max(self.best_val_acc, acc)
+
+    def results(self) -> dict:
+        return {
+            **super().results(),
+            "final_val_acc": self.last_val_acc,
+            "best_val_acc": self.best_val_acc,
+        }
