@@ -521,8 +521,13 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(report) if report["variants"] else "no runs found")
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")
     print(f"wandb group to open (project normlab): {', '.join(report['wandb_groups'])}")
-    sync = report["wandb_sync"] or f"{args.sweep_dir}/<run_dir>/wandb/offline-run-*"
-    print(f"upload offline runs: wandb sync {sync}")
+    if report["wandb_sync"]:
+        print(f"upload offline runs: wandb sync {report['wandb_sync']}")
+    else:  # logger=csv, or wandb disabled
+        print(
+            "no offline wandb runs here; with wandb logging on, upload them later with "
+            "`wandb sync <run_dir>/wandb/offline-run-*`"
+        )
     return 0
 
 
