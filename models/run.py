@@ -28,25 +28,29 @@ from models.gpt import GPT, GPTConfig
 from models.tasks import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
 from models.vit import ViT, ViTConfig
 
-# The run dir already holds .hydra/ and vocab.json when the checkpoint callback first looks.
+# The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
 class ConfigError(ValueError):
     """A config that cannot run; the message names the fix."""
 
 
-def from_node(cls: type, node: Any, where: str, **extra: Any):
-    """``cls(**node, **extra)`` with unknown keys reported by config path and valid keys listed."""
-    values = {**OmegaConf.to_container(node, resolve=True), **extra}
+def from_node(cls: type, node: Any, where: str, renames: dict[str, str] | None = None):
+    """``cls(**node)`` after renaming keys; an unknown key is reported by its config path."""
+    renames = renames or {}
+    values = OmegaConf.to_container(node, resolve=True) if node is not None else {}
     valid = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - valid)
-    if unknown:
-        raise ConfigError(
-            f"{where}.{unknown[0]} is not a setting of {cls.__name__}; "
-            f"valid keys: {', '.join(sorted(valid - set(extra)))}"
-        )
-    return cls(**values)
+    back = {field: key for key, field in renames.items()}
+    accepted = sorted(back.get(f, f) for f in valid)
+    for key in values:
+        if renames.get(key, key) not in valid:
+            raise ConfigError(
+                f"{where}.{key} is not a setting of {cls.__name__}; "
+                f"valid keys: {', '.join(accepted)}"
+            )
+    return {renames.get(k, k): v for k, v in values.items()}
 
 
 # --- what each model needs: its config and module, its task, and the data family it reads ----
@@ -103,32 +107,31 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
 def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
     """The datamodule, set up now: the model's vocabulary or image shape depends on it."""
     node = OmegaConf.masked_copy(cfg.data, [k for k in cfg.data if k not in ("kind", "batch_size")])
-    data_cfg = from_node(spec.data_config, node, "data")
+    data_cfg = spec.data_config(**from_node(spec.data_config, node, "data"))
     dm = spec.datamodule(data_cfg, cfg)
     dm.setup("fit")
     return dm
 
 
+# Group keys that carry a prefix in the model config; other keys keep their names.
+PLACEMENT_KEYS = {"name": "placement", "alpha": "deepnorm_alpha", "beta": "deepnorm_beta"}
+NORM_KEYS = {"name": "norm", "eps": "norm_eps", "alpha": "dyt_alpha", "groups": "norm_groups"}
+
+
 def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
-    """Model config = model node + placement + norm + fields the data decides."""
-    node = OmegaConf.masked_copy(cfg.model, [k for k in cfg.model if k != "name"])
-    placement = cfg.placement
-    model_cfg = from_node(
-        spec.config,
-        node,
-        "model",
-        placement=placement.name,
-        norm=cfg.norm.name,
-        norm_eps=cfg.norm.eps,
-        deepnorm_alpha=placement.get("alpha"),
-        deepnorm_beta=placement.get("beta"),
+    """Model config = model node + placement node + norm node + the fields the data decides."""
+    model_node = OmegaConf.masked_copy(cfg.model, [k for k in cfg.model if k != "name"])
+    kwargs = {
+        **from_node(spec.config, model_node, "model"),
+        **from_node(spec.config, cfg.placement, "placement", PLACEMENT_KEYS),
+        **from_node(spec.config, cfg.norm, "norm", NORM_KEYS),
         **spec.data_fields(dm),
-    )
-    return spec.module(model_cfg)
+    }
+    return spec.module(spec.config(**kwargs))
 
 
 def build_optim(cfg: DictConfig) -> OptimConfig:
-    return from_node(OptimConfig, cfg.optim, "optim")
+    return OptimConfig(**from_node(OptimConfig, cfg.optim, "optim"))
 
 
 # --- loggers -------------------------------------------------------------------------------

@@ -1,0 +1,259 @@
+"""Configs, the training entry point and the optimizer/schedule, against hand-computed numbers."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as L
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.utils.data import DataLoader
+
+import train
+from models.norms import NORMS
+from models.placement import PLACEMENTS
+from models.run import (
+    MODELS,
+    NORM_KEYS,
+    PLACEMENT_KEYS,
+    ConfigError,
+    build_optim,
+    from_node,
+)
+from models.tasks import LanguageModelTask, OptimConfig, TrainTask
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+GROUPS = ("model", "placement", "norm", "data", "optim", "trainer", "logger")
+TINY = [
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "data.batch_size=4",
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=2",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+]
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def without(node: DictConfig, *keys: str) -> DictConfig:
+    return OmegaConf.masked_copy(node, [k for k in node if k not in keys])
+
+
+def compose_cfg(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+# ---------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize(
+    "group,option", [(g, o) for g in GROUPS for o in options(g)], ids=lambda v: str(v)
+)
+def test_every_option_composes_and_builds_its_dataclass(group, option):
+    extra = ["model=vit"] if option in ("digits", "hf_image") else []
+    cfg = compose_cfg([f"{group}={option}", *extra])
+    assert cfg[group] is not None
+    spec = MODELS[cfg.model.name]
+    # Every key of the model-facing groups must be a field the model config accepts.
+    from_node(spec.config, cfg.placement, "placement", PLACEMENT_KEYS)
+    from_node(spec.config, cfg.norm, "norm", NORM_KEYS)
+    from_node(spec.config, without(cfg.model, "name"), "model")
+    from_node(spec.data_config, without(cfg.data, "kind", "batch_size"), "data")
+    build_optim(cfg)
+    trainer_args = set(inspect.signature(L.Trainer.__init__).parameters)
+    assert set(cfg.trainer) <= trainer_args, set(cfg.trainer) - trainer_args
+
+
+def test_config_groups_cover_the_registries():
+    assert set(options("placement")) == set(PLACEMENTS)
+    assert set(options("norm")) == set(NORMS)
+    assert set(options("model")) == set(MODELS)
+
+
+def test_model_vit_switches_to_digits_and_data_stays_overridable():
+    assert compose_cfg([]).data.source == "pydocs"
+    assert compose_cfg(["model=vit"]).data.source == "digits"
+    assert compose_cfg(["model=vit", "data=hf_image"]).data.source == "hf_image"
+
+
+def test_unknown_placement_lists_the_choices():
+    with pytest.raises(HydraException) as err:
+        compose_cfg(["placement=prenorm"])
+    assert all(name in str(err.value) for name in ("post", "pre", "deepnorm"))
+
+
+def test_unknown_key_and_wrong_data_kind_fail_with_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"model\.n_layers .*valid keys: .*n_layer"):
+        train.run(compose_cfg([*TINY, "+model.n_layers=3", f"run_dir={tmp_path}"]))
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+    with pytest.raises(ConfigError, match="model=gpt trains on text data"):
+        train.run(compose_cfg([*TINY, "data=digits", f"run_dir={tmp_path}"]))
+
+
+# ---------------------------------------------------------------- optimizer and schedule
+
+
+def lrs_over(optim: OptimConfig, total: int, steps: int) -> list[float]:
+    task = TrainTask(nn.Linear(2, 2), optim, total_steps=total)
+    conf = task.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def test_warmup_then_cosine_matches_hand_computed_values():
+    lrs = lrs_over(OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1), total=110, steps=110)
+    # warmup (s+1)/10; then 0.1 + 0.9 * (1 + cos(pi * (s-10)/100)) / 2
+    expected = {
+        0: 1e-4,
+        4: 5e-4,
+        9: 1e-3,
+        10: 1e-3,
+        35: 8.6819805e-4,
+        60: 5.5e-4,
+        109: 1.0022205e-4,
+    }
+    for step, lr in expected.items():
+        assert lrs[step] == pytest.approx(lr, rel=1e-6), step
+
+
+def test_constant_schedule_and_no_warmup():
+    lrs = lrs_over(OptimConfig(lr=3e-3, warmup_steps=4, schedule="constant"), total=20, steps=20)
+    assert lrs[:4] == pytest.approx([7.5e-4, 1.5e-3, 2.25e-3, 3e-3])
+    assert lrs[4:] == pytest.approx([3e-3] * 16)
+    assert lrs_over(OptimConfig(lr=2e-3, warmup_steps=0), total=10, steps=1) == [2e-3]
+
+
+def test_weight_decay_reaches_only_matrices_and_embeddings():
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4), nn.LayerNorm(4))
+    task = TrainTask(model, OptimConfig(lr=1.0, weight_decay=0.1, warmup_steps=0), 10)
+    opt = task.configure_optimizers()["optimizer"]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()  # zero gradient: AdamW moves only by decoupled decay, p *= 1 - lr * wd
+    for name, p in model.named_parameters():
+        factor = 0.9 if p.ndim >= 2 else 1.0
+        assert torch.allclose(p, before[name] * factor), name
+
+
+def test_non_finite_loss_stops_cleanly_as_diverged():
+    class NaNAfterTwo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.calls = nn.Parameter(torch.ones(1)), 0
+
+        def forward(self, x, y):
+            self.calls += 1
+            loss = (self.w * x).mean() * (math.nan if self.calls > 2 else 1.0)
+            return None, loss
+
+    batches = DataLoader([(torch.ones(2, 3), torch.ones(2, 3))] * 10, batch_size=None)
+    task = LanguageModelTask(NaNAfterTwo(), OptimConfig(), total_steps=10)
+    trainer = L.Trainer(
+        max_steps=10,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(task, train_dataloaders=batches)
+    # Step 2 is counted but changes nothing (no gradient); the trainer stops right after it.
+    assert (task.status, task.diverged_at_step, trainer.global_step) == ("diverged", 2, 3)
+    assert torch.isfinite(task.model.w).all()
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def read_metrics(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("model", ["gpt", "vit"])
+def test_run_writes_the_run_dir(model, tmp_path):
+    extra = ["model.block_size=16", "data.val_batches=1"] if model == "gpt" else []
+    cfg = compose_cfg([f"model={model}", *TINY, *extra, f"run_dir={tmp_path}"])
+    summary = train.run(cfg)
+
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == pytest.approx(summary)
+    fields = [
+        "status",
+        "model",
+        "placement",
+        "norm",
+        "n_layer",
+        "n_embd",
+        "lr",
+        "warmup_steps",
+        "seed",
+        "steps",
+        "diverged_at_step",
+        "final_train_loss",
+        "final_val_loss",
+        "best_val_loss",
+        "wall_s",
+        "run_dir",
+        "params",
+    ]
+    fields += ["best_val_acc", "samples_per_s"] if model == "vit" else ["tokens_per_s"]
+    assert set(fields) <= set(summary)
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    assert summary["diverged_at_step"] is None and summary["model"] == model
+    assert math.isfinite(summary["final_val_loss"]) and summary["best_val_loss"] is not None
+    assert (tmp_path / "last.ckpt").is_file()
+    assert (tmp_path / "vocab.json").is_file() == (model == "gpt")
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+    rows = read_metrics(tmp_path / "metrics.csv")
+    train_rows = {int(r["step"]): r for r in rows if r["train/loss"]}
+    val_steps = [int(r["step"]) for r in rows if r["val/loss"]]
+    assert sorted(train_rows) == [0, 1, 2] and val_steps == [2, 3]  # in fit, then final weights
+    for step, row in train_rows.items():  # warmup lr: lr * (step + 1) / warmup_steps
+        assert float(row["lr"]) == pytest.approx(cfg.optim.lr * (step + 1) / 50, rel=1e-6)
+
+
+def test_multirun_subprocess_writes_one_summary_per_job(tmp_path):
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "placement=post,pre",
+        *TINY,
+        "model.block_size=16",
+        "data.val_batches=1",
+        "logger=csv",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert [p.parent.name for p in summaries] == [
+        "0_gpt-post-layernorm-L1-lr0.002-s0",
+        "1_gpt-pre-layernorm-L1-lr0.002-s0",
+    ]
+    assert all(json.loads(p.read_text())["status"] == "completed" for p in summaries)
