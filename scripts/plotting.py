@@ -27,7 +27,9 @@ PARAM_KEYS = ("model", "placement", "norm", "n_layer", "n_embd", "seed", "init")
 LAYER_KEY = re.compile(
     r"(?:^|/)(grad_norms?|grad|act_norms?|residual_norms?|resid_norm)/(?:layer_?)?(\d+)$"
 )
-LIST_NAMES = re.compile(r"(?:^|/)(grad_norms?|grad|act_norms?|residual_norms?|resid_norm)$")
+LIST_NAMES = re.compile(
+    r"(?:^|/)(grad_norms?|grad|act_norms?|residual_norms?|resid_norm)(?:/layers?)?$"
+)
 
 
 @dataclass
@@ -43,10 +45,13 @@ class Probe:
 
 # --- probe records -------------------------------------------------------------------------------
 def flat_slash(node: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts joined with "/"; a {"mean": m, "std": s} summary stands for its mean."""
     out: dict[str, Any] = {}
     for key, value in node.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and "mean" in value:
+            out[name] = value["mean"]
+        elif isinstance(value, dict):
             out.update(flat_slash(value, name + "/"))
         else:
             out[name] = value
@@ -321,33 +326,33 @@ def plot_best_vs_depth(variants, fields, out_dir) -> str | None:
 def plot_per_layer(
     groups, key: str, ylabel: str, out_dir: Path, name: str, with_fc2: bool
 ) -> str | None:
-    """One panel per series, one line per depth over layer index; maybe last-FFN grad vs depth."""
-    groups = [g for g in groups if g[key]]
+    """One panel per series, one line per depth over layer index; maybe last-FFN grad vs depth.
+
+    The per-layer panels share one log y axis, so a flat profile looks flat next to a growing one.
+    """
     fc2 = [g for g in groups if g["last_fc2"] is not None] if with_fc2 else []
+    groups = [g for g in groups if g[key]]
     if not groups and not fc2:
         return None
     series = sorted({g["series"] for g in groups})
     fig, axes = facet_axes(1, len(series) + (1 if fc2 else 0))
     depths = sorted({depth_of(g["params"]) for g in groups})
     cmap = plt.get_cmap("viridis")
-    for ax, name_ in zip(axes[0], series, strict=False):
-        for g in groups:
-            if g["series"] == name_:
-                shade = depths.index(depth_of(g["params"])) / max(len(depths) - 1, 1)
-                ax.plot(
-                    range(len(g[key])),
-                    g[key],
-                    "o-",
-                    ms=3,
-                    color=cmap(0.9 * shade),
-                    label=f"L={g['params'].get('n_layer')}",
-                )
+    for i, (ax, name_) in enumerate(zip(axes[0], series, strict=False)):
+        if i:
+            ax.sharey(axes[0][0])
+        for g in (g for g in groups if g["series"] == name_):
+            shade = 0.9 * depths.index(depth_of(g["params"])) / max(len(depths) - 1, 1)
+            label = f"L={g['params'].get('n_layer')}"
+            ax.plot(range(len(g[key])), g[key], "o-", ms=3, color=cmap(shade), label=label)
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{name_} ({groups[0]['source']})", fontsize=9)
         ax.set_xlabel("layer")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
+    if series:
+        widen_log_range(axes[0][0])
     if fc2:
         ax = axes[0][-1]
         colors = series_colors([g["series"] for g in fc2])
@@ -357,11 +362,23 @@ def plot_per_layer(
             )
             ax.plot(*zip(*pts, strict=True), "o-", color=colors[name_], label=name_)
         ax.set_xscale("log", base=2)
+        ticks = sorted({depth_of(g["params"]) for g in fc2})
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_yscale("log")
+        widen_log_range(ax)
         ax.set_title("last layer FFN (fc2) grad norm at init", fontsize=9)
         ax.set_xlabel("depth (n_layer)")
         ax.legend(fontsize=7)
     return save(fig, out_dir, name)
+
+
+def widen_log_range(ax, factor: float = 4.0) -> None:
+    """A log axis spans at least ``factor``: float noise on a flat line must not fill the panel."""
+    low, high = ax.get_ylim()
+    if low > 0 and high / low < factor:
+        mid = math.sqrt(low * high)
+        ax.set_ylim(mid / math.sqrt(factor), mid * math.sqrt(factor))
 
 
 def write_plots(

@@ -275,3 +275,37 @@ def test_vit_rows_show_accuracy_and_samples_per_s(tmp_path: Path) -> None:
 def test_empty_dir_fails_with_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no runs under .*pass a sweep dir"):
         compare.main([str(tmp_path)])
+
+
+def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
+    """models/init_probe.py's layout: seed-averaged runs holding {"mean", "std"} per quantity."""
+    runs = [
+        {
+            "placement": p, "n_layer": n, "n_samples": 3,
+            "loss": {"mean": 5.5, "std": 0.1},
+            "grad_norm/layer": {"mean": [float(n)] * n, "std": [0.1] * n},
+            "grad_norm/fc2": {"mean": [9.0] * n, "std": [0.1] * n},
+            "act_norm": {"mean": list(range(1, n + 1)), "std": [0.0] * n},
+            "last_fc2_grad_norm": {"mean": 1 / n, "std": 0.5},
+        }
+        for p in ("post", "pre")
+        for n in (2, 4)
+    ]  # fmt: skip
+    data = {
+        "finding": "F1",
+        "model": "gpt",
+        "config": {"n_embd": 32},
+        "seeds": [0, 1],
+        "runs": runs,
+    }
+    (tmp_path / "probe.json").write_text(json.dumps(data))
+    report = compare.compare(tmp_path)
+    assert report["n_runs"] == 0 and len(report["init_probe"]) == 4
+    (pre4,) = [
+        p
+        for p in report["init_probe"]
+        if p["params"]["placement"] == "pre" and p["params"]["n_layer"] == 4
+    ]
+    assert pre4["grad_norm"] == [4.0] * 4 and pre4["act_norm"] == [1.0, 2.0, 3.0, 4.0]
+    assert pre4["last_fc2"] == 0.25 and pre4["series"] == "placement=pre"
+    assert set(report["plots"]) == {"grad_norm_init.png", "act_norm_init.png"}
