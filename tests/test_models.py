@@ -20,6 +20,15 @@ TINY_VIT = dict(
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from threads; on a busy machine thread hand-offs dominate."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def randomize_norm_params(module: nn.Module, seed: int = 0) -> None:
     """Give every norm non-trivial gains and shifts so the references check their use."""
     g = torch.Generator().manual_seed(seed)
