@@ -41,6 +41,19 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+def build(model_name: str, **kw) -> nn.Module:
+    if model_name == "gpt":
+        return GPT(GPTConfig(**{**TINY_GPT, **kw}))
+    return ViT(ViTConfig(**{**TINY_VIT, **kw}))
+
+
+def batch(model_name: str, n: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    if model_name == "gpt":
+        idx = torch.randint(0, 23, (n, 8))
+        return idx, idx
+    return torch.randn(n, 1, 4, 4), torch.randint(0, 10, (n,))
+
+
 def randomize_small_params(module: nn.Module, seed: int = 0) -> None:
     """Non-trivial values for every 0-D/1-D parameter (norm gains and shifts, gates, DyT's a,
     biases), so references check their use and ReZero's gates are not at their zero init."""
@@ -317,8 +330,9 @@ def test_qk_returns_what_the_dot_product_uses():
     randomize_small_params(attn)
     x = torch.randn(2, 5, 16)
     q, k = attn.qk(x)
-    ref_q = RMSNorm(8)(attn.q_proj(x).view(2, 5, 2, 8).transpose(1, 2)) * attn.q_norm.weight
-    torch.testing.assert_close(q, ref_q)
+    heads = attn.q_proj(x).view(2, 5, 2, 8).transpose(1, 2)  # (B, nh, T, hs)
+    rms = torch.sqrt(heads.pow(2).mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(q, heads / rms * attn.q_norm.weight)
     v = attn.v_proj(x).view(2, 5, 2, 8).transpose(1, 2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(8)
     scores = scores.masked_fill(torch.ones(5, 5).triu(1).bool(), float("-inf"))
@@ -333,13 +347,10 @@ def test_qk_returns_what_the_dot_product_uses():
      ("vit", "batchnorm", LayerNorm), ("vit", "instancenorm", LayerNorm)],
 )  # fmt: skip
 def test_qk_norm_slots(model_name, norm, qk_type):
-    build = (lambda **kw: GPT(GPTConfig(**TINY_GPT, **kw))) if model_name == "gpt" else (
-        lambda **kw: ViT(ViTConfig(**TINY_VIT, **kw))
-    )  # fmt: skip
-    for block in build(norm=norm, qk_norm=True).blocks:
+    for block in build(model_name, norm=norm, qk_norm=True).blocks:
         for qk in (block.attn.q_norm, block.attn.k_norm):
             assert type(qk) is qk_type and qk.weight.shape == (8,)  # per head: n_embd / n_head
-    for block in build(norm=norm).blocks:
+    for block in build(model_name, norm=norm).blocks:
         assert isinstance(block.attn.q_norm, nn.Identity)
 
 
@@ -347,16 +358,11 @@ def test_qk_norm_slots(model_name, norm, qk_type):
 def test_weight_norm_keeps_init_and_linears(model_name):
     d, n_layer = 16, 3
     kw = dict(n_layer=n_layer, placement="deepnorm")  # beta-scaled init must survive
-    if model_name == "gpt":
-        build = lambda **o: GPT(GPTConfig(**{**TINY_GPT, **kw, **o}))  # noqa: E731
-        inputs = (torch.randint(0, 23, (2, 8)),)
-    else:
-        build = lambda **o: ViT(ViTConfig(**{**TINY_VIT, **kw, **o}))  # noqa: E731
-        inputs = (torch.randn(2, 1, 4, 4),)
     torch.manual_seed(0)
-    plain = build()
+    plain = build(model_name, **kw)
     torch.manual_seed(0)
-    normed = build(weight_norm=True)
+    normed = build(model_name, **kw, weight_norm=True)
+    inputs = batch(model_name)[:1]
     for bp, bn in zip(plain.blocks, normed.blocks, strict=True):
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             lin = getattr(bn.attn, name)
@@ -402,14 +408,8 @@ VARIANTS = [("gpt", p, n) for p in sorted(PLACEMENTS) for n in per_token_norms()
 @pytest.mark.parametrize("model_name,placement,norm", VARIANTS)
 def test_forward_backward_finite_with_options(model_name, placement, norm):
     torch.manual_seed(0)
-    opts = dict(placement=placement, norm=norm, qk_norm=True, weight_norm=True)
-    if model_name == "gpt":
-        model = GPT(GPTConfig(**TINY_GPT, **opts))
-        idx = torch.randint(0, 23, (3, 8))
-        _, loss = model(idx, idx)
-    else:
-        model = ViT(ViTConfig(**TINY_VIT, **opts))
-        _, loss = model(torch.randn(3, 1, 4, 4), torch.tensor([0, 3, 9]))
+    model = build(model_name, placement=placement, norm=norm, qk_norm=True, weight_norm=True)
+    _, loss = model(*batch(model_name))
     loss.backward()
     assert torch.isfinite(loss)
     for name, p in model.named_parameters():
