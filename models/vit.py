@@ -87,7 +87,7 @@ class ViTConfig:
 
 
 class ViT(nn.Module):
-    """Patches (+ cls token) + positions -> n_layer Blocks -> pool -> (final norm) -> head."""
+    """Patches (+ cls token) + positions -> n_layer Blocks -> (final norm) -> pool -> head."""
 
     kind = "encoder"
 
