@@ -49,7 +49,7 @@ def run(cfg: DictConfig) -> dict:
             dm = build_data(cfg, spec)
             model = build_model(cfg, spec, dm)
             optim = build_optim(cfg)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OSError) as err:  # OSError: missing files, offline hub
             raise ConfigError(str(err)) from err
         summary["params"] = model.num_params()
         if hasattr(dm, "save_vocab"):
@@ -80,7 +80,7 @@ def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except ConfigError as err:
-        raise SystemExit(f"config error: {err}") from None
+        raise SystemExit(f"error: {err}") from None
 
 
 if __name__ == "__main__":

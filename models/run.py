@@ -31,6 +31,9 @@ from models.vit import ViT, ViTConfig
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+warnings.filterwarnings(
+    "ignore", message=r".*isinstance\(treespec, LeafSpec\)"
+)  # lightning vs torch
 
 
 class ConfigError(ValueError):
@@ -40,7 +43,10 @@ class ConfigError(ValueError):
 def from_node(cls: type, node: Any, where: str, renames: dict[str, str] | None = None):
     """``cls(**node)`` after renaming keys; an unknown key is reported by its config path."""
     renames = renames or {}
-    values = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    for key in node:
+        if OmegaConf.is_missing(node, key):
+            raise ConfigError(f"{where}.{key} must be set: add {where}.{key}=... to the command")
+    values = OmegaConf.to_container(node, resolve=True)
     valid = {f.name for f in fields(cls)}
     back = {field: key for key, field in renames.items()}
     accepted = sorted(back.get(f, f) for f in valid)
@@ -189,11 +195,18 @@ def finish_wandb() -> None:
 
 
 # --- callbacks and trainer -------------------------------------------------------------------
+class StepProgressBar(RichProgressBar):
+    """Rich progress over optimizer steps; the endless train loader makes epochs meaningless."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return "train steps"
+
+
 def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     """Progress bar and periodic last.ckpt; training probes plug in here."""
     callbacks: list[Callback] = []
     if cfg.trainer.get("enable_progress_bar", True):
-        callbacks.append(RichProgressBar(leave=True))
+        callbacks.append(StepProgressBar(leave=True))
     if cfg.trainer.get("enable_checkpointing", True):
         # Saves at each validation: last.ckpt is at most one val interval old for resuming.
         callbacks.append(ModelCheckpoint(run_dir, "last", enable_version_counter=False))
