@@ -1,0 +1,164 @@
+"""Divergence detection as a Lightning callback: a diverged run is a result, not a crash.
+
+The fit stops cleanly at the first optimizer step whose loss or gradient is non-finite, or whose
+loss exceeds ``loss_factor`` x the initial loss; the run's status and step are recorded for the
+summary, and no checkpoint that looks like a good final model is left behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+
+# Where a diverged run's last checkpoint goes, so none that looks final survives.
+CHECKPOINT_POLICIES = ("rename", "delete", "keep")
+
+
+@dataclass
+class DivergenceConfig:
+    loss_factor: float | None = 3.0  # diverged when loss > factor * reference; None: off
+    ref_steps: int = 1  # reference = mean of the first ref_steps finite training losses
+    checkpoint: str = "rename"  # for last.ckpt and later files: rename | delete | keep
+
+    def __post_init__(self) -> None:
+        if self.loss_factor is not None and self.loss_factor <= 1.0:
+            raise ValueError(f"divergence.loss_factor must be > 1 or null, got {self.loss_factor}")
+        if self.ref_steps < 1:
+            raise ValueError(f"divergence.ref_steps must be >= 1, got {self.ref_steps}")
+        if self.checkpoint not in CHECKPOINT_POLICIES:
+            raise ValueError(
+                f"unknown divergence.checkpoint '{self.checkpoint}'; "
+                f"choose one of: {', '.join(CHECKPOINT_POLICIES)}"
+            )
+
+
+def checkpoint_paths(ckpt: Callback) -> set[str]:
+    """Files a ModelCheckpoint tracks besides last: its top-k, or its latest without a monitor."""
+    paths = set(getattr(ckpt, "best_k_models", {})) | {getattr(ckpt, "best_model_path", "")}
+    return {p for p in paths if p}
+
+
+class Divergence(Callback):
+    """Stops a run at the first optimizer step whose loss or gradient is non-finite, or whose loss
+    exceeds ``loss_factor`` x the reference (the mean of the first ``ref_steps`` finite losses).
+
+    Contract: at that step s, ``status = "diverged"`` and ``diverged_at_step = s`` are set here and
+    on the module (through ``pl_module.mark_diverged(s)`` when it has one), and
+    ``trainer.should_stop`` ends the fit cleanly. Non-finite gradients skip the update (grads set
+    to None), so weights stay finite; under an fp16 GradScaler they are left to the scaler, which
+    skips such steps itself. The state is saved in every checkpoint; at the end of a diverged fit,
+    ``last.ckpt`` and any top-k checkpoint written after the divergence are renamed to
+    ``<name>.diverged.ckpt`` (or deleted, or kept, per ``checkpoint``), so no file that looks like
+    a good final model survives. Otherwise ``status`` becomes "completed" when the fit ends.
+    """
+
+    def __init__(self, cfg: DivergenceConfig | None = None) -> None:
+        self.cfg = cfg or DivergenceConfig()
+        self.status = "running"
+        self.diverged_at_step: int | None = None
+        self.reason: str | None = None
+        self.ref_loss: float | None = None
+        self._first_losses: list[float] = []
+        self._step = 0
+        self._kept_paths: set[str] = set()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._step = trainer.global_step
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            return
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
+        if not bool(torch.stack(norms).isfinite().all()):  # grads are identical across DDP ranks
+            optimizer.zero_grad(set_to_none=True)
+            self.mark(trainer, pl_module, self._step, "non-finite gradient")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        reason, step = None, self._step
+        if loss is None:  # the module skipped this step; it may have diverged on its own
+            if getattr(pl_module, "status", None) == "diverged":
+                reason = "the module marked the run diverged"
+                step = getattr(pl_module, "diverged_at_step", None)
+                step = self._step if step is None else step
+        else:
+            reason = self.check_loss(float(loss.detach()) * trainer.accumulate_grad_batches)
+        # One rank's verdict stops every rank, so DDP processes never wait on each other.
+        if trainer.strategy.reduce_boolean_decision(reason is not None, all=False):
+            self.mark(trainer, pl_module, step, reason or "another rank diverged")
+
+    def check_loss(self, value: float) -> str | None:
+        """Why ``value`` (one optimizer step's training loss) means divergence, or None."""
+        if not math.isfinite(value):
+            return f"non-finite loss {value}"
+        if self.ref_loss is None:
+            self._first_losses.append(value)
+            if len(self._first_losses) >= self.cfg.ref_steps:
+                self.ref_loss = sum(self._first_losses) / len(self._first_losses)
+            return None
+        if self.cfg.loss_factor is not None and value > self.cfg.loss_factor * self.ref_loss:
+            return f"loss {value:.4g} > {self.cfg.loss_factor} x initial {self.ref_loss:.4g}"
+        return None
+
+    def mark(self, trainer, pl_module, step: int, reason: str) -> None:
+        if self.status != "diverged":
+            self.status, self.diverged_at_step, self.reason = "diverged", step, reason
+            # checkpoints that exist now predate the divergence and stay as they are
+            self._kept_paths = {
+                p for c in trainer.checkpoint_callbacks for p in checkpoint_paths(c)
+            }
+            rank_zero_info(f"diverged at step {step}: {reason}; stopping")
+        mark_module = getattr(pl_module, "mark_diverged", None)
+        if callable(mark_module):
+            mark_module(self.diverged_at_step)
+        elif getattr(pl_module, "status", None) != "diverged":
+            pl_module.status, pl_module.diverged_at_step = "diverged", self.diverged_at_step
+        trainer.should_stop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.status != "diverged":
+            self.status = "completed"
+            return
+        if self.cfg.checkpoint == "keep" or not trainer.is_global_zero:
+            return
+        for ckpt in trainer.checkpoint_callbacks:
+            # last.ckpt always; top-k / latest files only if written after the divergence
+            last = getattr(ckpt, "last_model_path", "")
+            if last:
+                ckpt.last_model_path = self._set_aside(last)
+            top_k = getattr(ckpt, "best_k_models", {})
+            for path in checkpoint_paths(ckpt) - self._kept_paths:
+                new = self._set_aside(path)
+                if path in top_k:
+                    score = top_k.pop(path)
+                    if new:
+                        top_k[new] = score
+                if getattr(ckpt, "best_model_path", "") == path:
+                    ckpt.best_model_path = new
+
+    def _set_aside(self, path: str) -> str:
+        """Rename (to <name>.diverged.ckpt) or delete ``path``; returns the new path or ""."""
+        if not os.path.lexists(path):
+            return ""
+        if self.cfg.checkpoint == "delete":
+            os.remove(path)
+            return ""
+        stem, ext = os.path.splitext(path)
+        os.replace(path, f"{stem}.diverged{ext}")
+        return f"{stem}.diverged{ext}"
+
+    def state_dict(self) -> dict:
+        keys = ("status", "diverged_at_step", "reason", "ref_loss", "_first_losses")
+        return {k: getattr(self, k) for k in keys}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for key, value in state_dict.items():
+            setattr(self, key, value)

@@ -1,0 +1,259 @@
+"""F1 at initialization (Xiong et al. 2020, Thm 1 and Lemma 2), without any training.
+
+For every placement x depth x seed the model is built at init and one forward + backward of the
+training loss runs on each of K batches. Per layer i it records
+
+    grad_norm/layer  L2 norm of all gradients of blocks[i] (attention, MLP, norm slots)
+    grad_norm/attn   of blocks[i].attn
+    grad_norm/mlp    of blocks[i].mlp
+    grad_norm/fc2    of blocks[i].mlp.fc2.weight
+    act_norm         RMS of the residual stream after blocks[i]
+
+and reports the mean and the sample std over the seeds x K samples; ``last_fc2_grad_norm`` is
+grad_norm/fc2 of the last layer. Xiong's prediction: last_fc2 stays flat across depth L for
+Post-LN and falls like 1/sqrt(L) for Pre-LN (``depth_slopes`` fits log last_fc2 against log L:
+about 0 and -0.5); act_norm is flat across layers for Post-LN and grows with the layer for Pre-LN.
+
+    python -m models.init_probe --placements post pre deepnorm --depths 2 6 12 24 48 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models.gpt import GPT, GPTConfig
+from models.vit import ViT, ViTConfig
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+PER_LAYER = ("grad_norm/layer", "grad_norm/attn", "grad_norm/mlp", "grad_norm/fc2", "act_norm")
+
+
+def build_model(cfg: GPTConfig | ViTConfig) -> nn.Module:
+    if isinstance(cfg, GPTConfig):
+        return GPT(cfg)
+    if isinstance(cfg, ViTConfig):
+        return ViT(cfg)
+    raise ValueError(f"init_probe takes a GPTConfig or ViTConfig, got {type(cfg).__name__}")
+
+
+def grads_norm(params: Sequence[nn.Parameter]) -> float:
+    grads = [p.grad.flatten() for p in params if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.cat(grads))) if grads else 0.0
+
+
+def measure_at_init(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Per-layer gradient and residual-stream norms after one forward + backward."""
+    rms: list[float] = []
+    handles = [
+        block.register_forward_hook(
+            lambda m, i, out: rms.append(float(out.detach().square().mean().sqrt()))
+        )
+        for block in model.blocks
+    ]
+    model.eval()  # no dropout: the init-time function itself
+    model.zero_grad(set_to_none=True)
+    try:
+        _, loss = model(inputs, targets)
+    finally:
+        for handle in handles:
+            handle.remove()
+    loss.backward()
+    blocks = model.blocks
+    return {
+        "loss": [float(loss.detach())],
+        "grad_norm/layer": [grads_norm(list(b.parameters())) for b in blocks],
+        "grad_norm/attn": [grads_norm(list(b.attn.parameters())) for b in blocks],
+        "grad_norm/mlp": [grads_norm(list(b.mlp.parameters())) for b in blocks],
+        "grad_norm/fc2": [grads_norm([b.mlp.fc2.weight]) for b in blocks],
+        "act_norm": rms,
+    }
+
+
+def mean_std(samples: list[list[float]]) -> dict[str, list[float]]:
+    """Mean and sample std (n - 1; 0 for one sample) over samples, per entry."""
+    t = torch.tensor(samples, dtype=torch.float64)  # (n, entries)
+    std = t.std(dim=0, correction=1) if len(samples) > 1 else torch.zeros(t.shape[1])
+    return {"mean": t.mean(dim=0).tolist(), "std": std.tolist()}
+
+
+def log_log_slope(depths: list[int], values: list[float]) -> float | None:
+    """Least-squares slope of log(value) against log(depth)."""
+    if len(depths) < 2 or min(values) <= 0:
+        return None
+    x = torch.tensor(depths, dtype=torch.float64).log()
+    y = torch.tensor(values, dtype=torch.float64).log()
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / x.square().sum())
+
+
+def init_probe(
+    base: GPTConfig | ViTConfig,
+    batches: Batch | Sequence[Batch],
+    placements: Sequence[str] = ("post", "pre", "deepnorm"),
+    depths: Sequence[int] = (2, 6, 12, 24, 48),
+    seeds: Sequence[int] = (0, 1, 2),
+) -> dict:
+    """F1's quantities at init for ``base`` with each placement and depth (n_layer) swapped in.
+
+    ``batches``: one (inputs, targets) pair or K of them; each seed's model sees all K. Runs on
+    the CPU with one thread (restored after): these small ops only lose time to threading.
+    """
+    if isinstance(batches, tuple) and isinstance(batches[0], torch.Tensor):
+        batches = [batches]
+    if not batches or not placements or not depths or not seeds:
+        raise ValueError("init_probe needs at least one batch, placement, depth and seed")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs, slopes = sweep(base, batches, placements, depths, seeds)
+    finally:
+        torch.set_num_threads(threads)
+    config = {k: v for k, v in asdict(base).items() if k not in ("placement", "n_layer")}
+    return {
+        "finding": "F1",
+        "model": "gpt" if isinstance(base, GPTConfig) else "vit",
+        "config": config,
+        "placements": list(placements),
+        "depths": list(depths),
+        "seeds": list(seeds),
+        "k_batches": len(batches),
+        "batch_shape": list(batches[0][0].shape),
+        "depth_slopes": slopes,
+        "runs": runs,
+    }
+
+
+def sweep(
+    base: GPTConfig | ViTConfig,
+    batches: Sequence[Batch],
+    placements: Sequence[str],
+    depths: Sequence[int],
+    seeds: Sequence[int],
+) -> tuple[list[dict], dict[str, float | None]]:
+    runs, slopes = [], {}
+    for placement in placements:
+        last_fc2_means = []
+        for n_layer in depths:
+            cfg = replace(base, placement=placement, n_layer=n_layer)
+            samples: list[dict] = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                model = build_model(cfg)
+                samples += [measure_at_init(model, x, y) for x, y in batches]
+            run = {"placement": placement, "n_layer": n_layer, "n_samples": len(samples)}
+            for key in ("loss", *PER_LAYER):
+                run[key] = mean_std([s[key] for s in samples])
+            run["loss"] = {k: v[0] for k, v in run["loss"].items()}
+            fc2 = mean_std([s["grad_norm/fc2"][-1:] for s in samples])
+            run["last_fc2_grad_norm"] = {k: v[0] for k, v in fc2.items()}
+            last_fc2_means.append(run["last_fc2_grad_norm"]["mean"])
+            runs.append(run)
+        slopes[placement] = log_log_slope(list(depths), last_fc2_means)
+    return runs, slopes
+
+
+def write_probe_json(result: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def random_batches(cfg: GPTConfig | ViTConfig, k: int, batch_size: int, seed: int) -> list[Batch]:
+    """K batches of uniform random tokens (next-token targets) or Gaussian images and labels."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(k):
+        if isinstance(cfg, GPTConfig):
+            seq = torch.randint(0, cfg.vocab_size, (batch_size, cfg.block_size + 1), generator=g)
+            out.append((seq[:, :-1], seq[:, 1:]))  # (B, T) each
+        else:
+            shape = (batch_size, cfg.in_chans, cfg.image_size, cfg.image_size)
+            labels = torch.randint(0, cfg.num_classes, (batch_size,), generator=g)
+            out.append((torch.randn(shape, generator=g), labels))
+    return out
+
+
+def embedded_batches(
+    cfg: GPTConfig | ViTConfig, k: int, batch_size: int, seed: int
+) -> tuple[GPTConfig | ViTConfig, list[Batch]]:
+    """K train batches of the embedded corpora (Python docs text, digits); adapts cfg to them."""
+    if isinstance(cfg, GPTConfig):
+        from data.text import TextDataConfig, TextDataModule
+
+        dm = TextDataModule(TextDataConfig(), cfg.block_size, batch_size, seed)
+        dm.setup()
+        cfg = replace(cfg, vocab_size=dm.vocab_size)
+    else:
+        from data.vision import ImageDataConfig, ImageDataModule
+
+        dm = ImageDataModule(ImageDataConfig(), batch_size, seed)
+        dm.setup()
+        cfg = replace(
+            cfg, image_size=dm.image_size, in_chans=dm.in_chans, num_classes=dm.num_classes
+        )
+    return cfg, [dm.train_batch(step) for step in range(k)]
+
+
+def format_table(result: dict) -> str:
+    lines = [f"{'placement':<10} {'L':>4} {'last_fc2 grad':>22} {'act_norm first->last':>22}"]
+    for run in result["runs"]:
+        fc2, act = run["last_fc2_grad_norm"], run["act_norm"]["mean"]
+        lines.append(
+            f"{run['placement']:<10} {run['n_layer']:>4} "
+            f"{fc2['mean']:>12.4g} +- {fc2['std']:<7.2g} {act[0]:>10.3g} -> {act[-1]:<9.3g}"
+        )
+    for placement, slope in result["depth_slopes"].items():
+        text = "n/a" if slope is None or math.isnan(slope) else f"{slope:+.3f}"
+        lines.append(f"d log(last_fc2) / d log(L), {placement}: {text}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=("gpt", "vit"), default="gpt")
+    p.add_argument("--placements", nargs="+", default=["post", "pre", "deepnorm"])
+    p.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12, 24, 48])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--k-batches", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--data", choices=("random", "embedded"), default="random")
+    p.add_argument("--n-embd", type=int, default=64)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--block-size", type=int, default=64, help="GPT context")
+    p.add_argument("--vocab-size", type=int, default=64, help="GPT on random data")
+    p.add_argument("--norm", default="layernorm")
+    p.add_argument("--init", default="xavier")
+    p.add_argument("--out", default="probe.json")
+    args = p.parse_args(argv)
+    if args.k_batches < 1 or args.batch_size < 1:
+        p.error("--k-batches and --batch-size must be >= 1")
+    common = dict(n_embd=args.n_embd, n_head=args.n_head, norm=args.norm, init=args.init)
+    if args.model == "gpt":
+        cfg = GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, **common)
+    else:
+        cfg = ViTConfig(**common)
+    if args.data == "embedded":
+        cfg, batches = embedded_batches(cfg, args.k_batches, args.batch_size, seed=0)
+    else:
+        batches = random_batches(cfg, args.k_batches, args.batch_size, seed=0)
+    start = time.perf_counter()
+    result = init_probe(cfg, batches, args.placements, args.depths, args.seeds)
+    result["wall_s"] = time.perf_counter() - start
+    path = write_probe_json(result, args.out)
+    print(format_table(result))
+    print(f"wrote {path} in {result['wall_s']:.1f} s")
+    return result
+
+
+if __name__ == "__main__":
+    main()

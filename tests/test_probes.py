@@ -1,0 +1,356 @@
+"""Probes and the init-probe against independent computations on tiny models."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import lightning.pytorch as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader
+
+from models.divergence import Divergence, DivergenceConfig
+from models.gpt import GPT, GPTConfig
+from models.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
+from models.layers import Attention
+from models.probes import (
+    PROBES,
+    ActNorm,
+    MaxAttnLogit,
+    ModelUpdate,
+    ProbeConfig,
+    build_callbacks,
+    max_attn_logit,
+    run_forward_probes,
+)
+from models.vit import ViT, ViTConfig
+
+TINY = dict(vocab_size=23, block_size=8, n_layer=3, n_head=2, n_embd=16)
+EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and do not stall when the cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- a tiny task, a capturing logger
+
+
+class TinyTask(L.LightningModule):
+    """Exposes ``.model`` like the real tasks; can inject a NaN loss at one step."""
+
+    def __init__(self, model: torch.nn.Module, lr: float = 1e-2, nan_at: int | None = None):
+        super().__init__()
+        self.model, self.lr, self.nan_at = model, lr, nan_at
+        self.steps_run = 0
+
+    def training_step(self, batch, batch_idx):
+        _, loss = self.model(*batch)
+        self.steps_run += 1
+        if self.global_step == self.nan_at:
+            loss = loss * float("nan")
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.model.parameters(), lr=self.lr)
+
+
+class CaptureLogger(Logger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict]] = []
+
+    @property
+    def name(self) -> str:
+        return "capture"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def value(self, step: int, key: str) -> float:
+        found = [m[key] for s, m in self.rows if s == step and key in m]
+        assert len(found) == 1, f"{key} at step {step}: {found}"
+        return found[0]
+
+
+class Snapshots(Callback):
+    """Weights at the start of each step and gradients before the optimizer step."""
+
+    def __init__(self) -> None:
+        self.weights: dict[int, dict] = {}
+        self.grads: dict[int, dict] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.weights[trainer.global_step] = copy.deepcopy(pl_module.model.state_dict())
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.grads[trainer.global_step] = {
+            n: p.grad.detach().clone() for n, p in pl_module.model.named_parameters()
+        }
+
+
+def batches(n: int, batch_size: int = 6, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+    g = torch.Generator().manual_seed(seed)
+    seq = torch.randint(0, TINY["vocab_size"], (n, batch_size, TINY["block_size"] + 1), generator=g)
+    return [(s[:, :-1], s[:, 1:]) for s in seq]
+
+
+class TinyData(L.LightningDataModule):
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def train_dataloader(self):
+        return DataLoader(batches(self.steps), batch_size=None)
+
+    def val_dataloader(self):
+        return DataLoader(batches(2, seed=1), batch_size=None)
+
+
+def fit(task, callbacks, steps: int, tmp_path, **trainer_kwargs) -> tuple[L.Trainer, CaptureLogger]:
+    logger = CaptureLogger()
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        **trainer_kwargs,
+    )
+    trainer.fit(task, datamodule=TinyData(steps))
+    return trainer, logger
+
+
+def flat_norm(grads: dict[str, torch.Tensor], prefix: str = "") -> float:
+    return float(torch.cat([g.flatten() for n, g in grads.items() if n.startswith(prefix)]).norm())
+
+
+# ---------------------------------------------------------------- probes inside a real fit
+
+
+@pytest.fixture(scope="module")
+def probed_fit(tmp_path_factory):
+    torch.manual_seed(0)
+    task = TinyTask(GPT(GPTConfig(**TINY)))
+    initial = copy.deepcopy(task.model)
+    snaps = Snapshots()
+    callbacks = [snaps, *build_callbacks(EVERY_STEP)]
+    # A tiny clip threshold: the logged norms must be those before clipping.
+    trainer, logger = fit(
+        task, callbacks, 3, tmp_path_factory.mktemp("fit"), gradient_clip_val=1e-4
+    )
+    return task, initial, snaps, logger, callbacks
+
+
+def test_grad_norms_equal_norms_of_the_grads_before_clipping(probed_fit):
+    task, _, snaps, logger, _ = probed_fit
+    for step in range(3):
+        grads = snaps.grads[step]
+        total = logger.value(step, "grad_norm/total")
+        assert total == pytest.approx(flat_norm(grads), rel=1e-5)
+        assert total > 1e-3  # far above the clip threshold
+        for i in range(TINY["n_layer"]):
+            for suffix, prefix in (("", ""), ("/attn", "attn."), ("/mlp", "mlp.")):
+                expected = flat_norm(grads, f"blocks.{i}.{prefix}")
+                got = logger.value(step, f"grad_norm/layer_{i}{suffix}")
+                assert got == pytest.approx(expected, rel=1e-5)
+        last = grads[f"blocks.{TINY['n_layer'] - 1}.mlp.fc2.weight"].norm()
+        assert logger.value(step, "grad_norm/last_fc2") == pytest.approx(float(last), rel=1e-5)
+
+
+def manual_forward(model: GPT, idx: torch.Tensor):
+    """Block outputs, per-layer max attention logits and logits, computed without the probes."""
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[1]))
+    outs, max_logits = [], []
+    for block in model.blocks:
+        x_in = block.attn_pre(x)
+        hs = x_in.shape[-1] // block.attn.n_head
+        q = F.linear(x_in, block.attn.q_proj.weight, block.attn.q_proj.bias)
+        k = F.linear(x_in, block.attn.k_proj.weight, block.attn.k_proj.bias)
+        q, k = q.unflatten(-1, (block.attn.n_head, hs)), k.unflatten(-1, (block.attn.n_head, hs))
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(hs)
+        T = idx.shape[1]
+        allowed = torch.arange(T)[None, :] <= torch.arange(T)[:, None]  # key j <= query i
+        max_logits.append(float(scores[..., allowed].max()))
+        x = block(x)
+        outs.append(x)
+    return outs, max_logits, model.lm_head(model.final_norm(x))
+
+
+@torch.no_grad()
+def test_forward_probes_equal_a_manual_forward_on_the_val_batch(probed_fit):
+    task, initial, snaps, logger, callbacks = probed_fit
+    probe_inputs = batches(2, seed=1)[0][0][:4]  # the first val batch, cut to batch_size
+    forward_cb = next(c for c in callbacks if hasattr(c, "measures"))
+    assert torch.equal(forward_cb.inputs, probe_inputs)
+    model = copy.deepcopy(initial).eval()
+    ref_logits = manual_forward(model, probe_inputs)[2]
+    for step in range(3):
+        model.load_state_dict(snaps.weights[step])
+        outs, max_logits, logits = manual_forward(model, probe_inputs)
+        for i, out in enumerate(outs):
+            rms = float(torch.sqrt(torch.mean(out**2)))
+            assert logger.value(step, f"act_norm/layer_{i}") == pytest.approx(rms, rel=1e-5)
+            got = logger.value(step, f"attn/max_logit/layer_{i}")
+            assert got == pytest.approx(max_logits[i], rel=1e-5)
+        assert logger.value(step, "attn/max_logit") == pytest.approx(max(max_logits), rel=1e-5)
+        # RMS over the B*T positions of each position's logit-difference L2 norm
+        expected = float((logits - ref_logits).norm(dim=-1).pow(2).mean().sqrt())
+        update = logger.value(step, "update/model")
+        assert update == pytest.approx(expected, rel=1e-4, abs=1e-7)
+        assert (update == 0.0) if step == 0 else (update > 1e-3)
+    assert task.model.training  # the probe pass restored train mode
+
+
+def test_max_attn_logit_by_hand():
+    attn = Attention(n_embd=2, n_head=1, causal=True)
+    with torch.no_grad():
+        attn.q_proj.weight.copy_(torch.eye(2))
+        attn.k_proj.weight.copy_(torch.tensor([[0.0, 1.0], [0.0, 0.0]]))  # k = (x_1, 0)
+        attn.q_proj.bias.zero_()
+        attn.k_proj.bias.zero_()
+    x = torch.tensor([[[1.0, 0.0], [0.0, 3.0]]])  # q0=(1,0) q1=(0,3); k0=(0,0) k1=(3,0)
+    # only the future pair (query 0, key 1) has a nonzero score, 3 / sqrt(2)
+    assert float(max_attn_logit(attn, x).detach()) == 0.0
+    attn.causal = False
+    assert float(max_attn_logit(attn, x).detach()) == pytest.approx(3 / math.sqrt(2))
+
+
+def test_forward_probes_on_a_vit_keep_train_mode_and_start_at_zero_update():
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(n_layer=2, n_head=2, n_embd=16))
+    images = torch.randn(3, 1, 8, 8)
+    out = run_forward_probes(vit, images, [ActNorm(), MaxAttnLogit(), ModelUpdate()], step=0)
+    assert out["update/model"] == 0.0
+    assert sorted(k for k in out if k.startswith("act_norm")) == [
+        "act_norm/layer_0",
+        "act_norm/layer_1",
+    ]
+    assert vit.training
+
+
+def test_probe_config_rejects_unknown_names_and_bad_intervals():
+    with pytest.raises(ValueError, match="choose from: grad_norm"):
+        ProbeConfig(enabled=["grad_norms"])
+    with pytest.raises(ValueError, match=">= 1"):
+        ProbeConfig(every={"update": 0})
+    assert ProbeConfig(every={"update": 5}).interval("update") == 5
+    names = [type(c).__name__ for c in build_callbacks(ProbeConfig(enabled=["update"]))]
+    assert names == ["ForwardProbes", "Divergence"]
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def test_check_loss_uses_the_mean_of_the_first_losses():
+    div = Divergence(DivergenceConfig(loss_factor=3.0, ref_steps=2))
+    assert div.check_loss(4.0) is None and div.check_loss(2.0) is None
+    assert div.ref_loss == 3.0
+    assert div.check_loss(8.9) is None
+    assert "initial" in div.check_loss(9.1)
+    assert "non-finite" in div.check_loss(float("inf"))
+
+
+def test_nan_loss_stops_at_that_step_and_leaves_no_good_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    task = TinyTask(GPT(GPTConfig(**TINY)), nan_at=2)
+    ckpt = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1, every_n_train_steps=1
+    )
+    div = Divergence()
+    trainer, _ = fit(task, [div, ckpt], 8, tmp_path)
+    assert div.status == "diverged" and div.diverged_at_step == 2
+    assert task.status == "diverged" and task.diverged_at_step == 2
+    assert task.steps_run == 3  # steps 0, 1, 2 and no more
+    assert all(torch.isfinite(p).all() for p in task.model.parameters())  # NaN step skipped
+    # saved after steps 0 and 1 (good states) stay; the one after step 2 and last are set aside
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == [
+        "epoch=0-step=1.ckpt",
+        "epoch=0-step=2.ckpt",
+        "epoch=0-step=3.diverged.ckpt",
+        "last.diverged.ckpt",
+    ]
+    saved = torch.load(tmp_path / "ckpt" / "last.diverged.ckpt", weights_only=False)
+    states = [s for k, s in saved["callbacks"].items() if k.startswith("Divergence")]
+    assert states[0]["status"] == "diverged" and states[0]["diverged_at_step"] == 2
+
+
+def test_huge_learning_rate_diverges_early(tmp_path):
+    torch.manual_seed(0)
+    task = TinyTask(GPT(GPTConfig(**TINY)), lr=1e3)
+    div = Divergence(DivergenceConfig(checkpoint="keep"))
+    trainer, _ = fit(task, [div], 20, tmp_path)
+    assert div.status == "diverged" and div.diverged_at_step is not None
+    assert task.steps_run == div.diverged_at_step + 1 < 20
+    assert task.diverged_at_step == div.diverged_at_step
+
+
+def test_a_healthy_run_completes(tmp_path):
+    torch.manual_seed(0)
+    task = TinyTask(GPT(GPTConfig(**TINY)), lr=1e-3)
+    div = Divergence()
+    fit(task, [div], 4, tmp_path)
+    assert div.status == "completed" and div.diverged_at_step is None
+    assert task.steps_run == 4
+
+
+# ---------------------------------------------------------------- init-probe (F1)
+
+
+def test_init_probe_values_match_a_direct_backward():
+    cfg = GPTConfig(**TINY, placement="post")
+    ((x, y),) = random_batches(cfg, 1, 4, seed=0)
+    result = init_probe(cfg, (x, y), placements=["post"], depths=[3], seeds=[7])
+    torch.manual_seed(7)
+    model = GPT(cfg)
+    _, loss = model(x, y)
+    loss.backward()
+    run = result["runs"][0]
+    assert run["last_fc2_grad_norm"]["mean"] == pytest.approx(
+        float(model.blocks[-1].mlp.fc2.weight.grad.norm()), rel=1e-5
+    )
+    layer0 = torch.cat([p.grad.flatten() for p in model.blocks[0].parameters()]).norm()
+    assert run["grad_norm/layer"]["mean"][0] == pytest.approx(float(layer0), rel=1e-5)
+    assert run["n_samples"] == 1 and run["last_fc2_grad_norm"]["std"] == 0.0
+    assert measure_at_init(model, x, y)["loss"][0] == pytest.approx(float(loss.detach()), rel=1e-6)
+
+
+def test_init_probe_reproduces_f1_direction(tmp_path):
+    """Xiong 2020: last-layer fc2 grad flat in depth for Post-LN, falling ~1/sqrt(L) for Pre-LN;
+    the residual stream flat across layers for Post-LN, growing for Pre-LN."""
+    cfg = GPTConfig(vocab_size=32, block_size=16, n_head=2, n_embd=32)
+    data = random_batches(cfg, 2, 4, seed=0)
+    result = init_probe(cfg, data, placements=["post", "pre"], depths=[2, 24], seeds=[0, 1])
+    fc2 = {(r["placement"], r["n_layer"]): r["last_fc2_grad_norm"]["mean"] for r in result["runs"]}
+    assert 0.6 < fc2["post", 24] / fc2["post", 2] < 1.6
+    assert fc2["pre", 24] / fc2["pre", 2] < 0.5  # 1/sqrt(12) = 0.29
+    act = {(r["placement"], r["n_layer"]): r["act_norm"]["mean"] for r in result["runs"]}
+    assert act["pre", 24][-1] > 3 * act["pre", 24][0]
+    assert act["post", 24][-1] == pytest.approx(act["post", 24][0], rel=0.1)
+    assert result["depth_slopes"]["pre"] < -0.3 < result["depth_slopes"]["post"]
+    path = write_probe_json(result, tmp_path / "probe.json")
+    assert json.loads(path.read_text())["runs"][0]["placement"] == "post"
