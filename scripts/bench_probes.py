@@ -64,10 +64,16 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--vocab-size", type=int, default=100)
-    p.add_argument("--steps-per-block", type=int, default=20)
-    p.add_argument("--blocks", type=int, default=6, help="blocks per variant, interleaved")
+    p.add_argument("--steps-per-block", type=int, default=10)
+    p.add_argument("--blocks", type=int, default=10, help="blocks per variant, interleaved")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time, steadier than wall time on a shared machine (use --threads 1)",
+    )
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -114,14 +120,15 @@ def main() -> None:
         step(True)
         step(False)
     times: dict[bool, list[float]] = {False: [], True: []}
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     for _ in range(args.blocks):
         for probed in (False, True):
             sync(device)
-            start = time.perf_counter()
+            start = clock()
             for _ in range(args.steps_per_block):
                 step(probed)
             sync(device)
-            times[probed].append((time.perf_counter() - start) / args.steps_per_block)
+            times[probed].append((clock() - start) / args.steps_per_block)
     plain, probed = statistics.median(times[False]), statistics.median(times[True])
     every = {name: probes.interval(name) for name in probes.enabled}
     print(
