@@ -23,7 +23,7 @@ CHECKPOINT_POLICIES = ("rename", "delete", "keep")
 class DivergenceConfig:
     loss_factor: float | None = 3.0  # diverged when loss > factor * reference; None: off
     ref_steps: int = 1  # reference = mean of the first ref_steps finite training losses
-    checkpoint: str = "rename"  # for last.ckpt and later files: rename | delete | keep
+    checkpoint: str = "rename"  # what happens to a diverged run's checkpoints: rename|delete|keep
 
     def __post_init__(self) -> None:
         if self.loss_factor is not None and self.loss_factor <= 1.0:
@@ -38,9 +38,9 @@ class DivergenceConfig:
 
 
 def checkpoint_paths(ckpt: Callback) -> set[str]:
-    """Files a ModelCheckpoint tracks besides last: its top-k, or its latest without a monitor."""
-    paths = set(getattr(ckpt, "best_k_models", {})) | {getattr(ckpt, "best_model_path", "")}
-    return {p for p in paths if p}
+    """Files a ModelCheckpoint tracks: last, its top-k, or its latest when it has no monitor."""
+    paths = {getattr(ckpt, "last_model_path", ""), getattr(ckpt, "best_model_path", "")}
+    return {p for p in paths | set(getattr(ckpt, "best_k_models", {})) if p}
 
 
 class Divergence(Callback):
@@ -51,10 +51,11 @@ class Divergence(Callback):
     on the module (through ``pl_module.mark_diverged(s)`` when it has one), and
     ``trainer.should_stop`` ends the fit cleanly. Non-finite gradients skip the update (grads set
     to None), so weights stay finite; under an fp16 GradScaler they are left to the scaler, which
-    skips such steps itself. The state is saved in every checkpoint; at the end of a diverged fit,
-    ``last.ckpt`` and any top-k checkpoint written after the divergence are renamed to
+    skips such steps itself. The state is saved in every checkpoint. At the end of a diverged fit,
+    every file the checkpoint callbacks track (last, latest, top-k) is renamed to
     ``<name>.diverged.ckpt`` (or deleted, or kept, per ``checkpoint``), so no file that looks like
-    a good final model survives. Otherwise ``status`` becomes "completed" when the fit ends.
+    a good model of this run survives under its usual name; the callbacks' paths follow the
+    rename. Otherwise ``status`` becomes "completed" when the fit ends.
     """
 
     def __init__(self, cfg: DivergenceConfig | None = None) -> None:
@@ -65,7 +66,6 @@ class Divergence(Callback):
         self.ref_loss: float | None = None
         self._first_losses: list[float] = []
         self._step = 0
-        self._kept_paths: set[str] = set()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._step = trainer.global_step
@@ -111,10 +111,6 @@ class Divergence(Callback):
     def mark(self, trainer, pl_module, step: int, reason: str) -> None:
         if self.status != "diverged":
             self.status, self.diverged_at_step, self.reason = "diverged", step, reason
-            # checkpoints that exist now predate the divergence and stay as they are
-            self._kept_paths = {
-                p for c in trainer.checkpoint_callbacks for p in checkpoint_paths(c)
-            }
             rank_zero_info(f"diverged at step {step}: {reason}; stopping")
         mark_module = getattr(pl_module, "mark_diverged", None)
         if callable(mark_module):
@@ -130,19 +126,16 @@ class Divergence(Callback):
         if self.cfg.checkpoint == "keep" or not trainer.is_global_zero:
             return
         for ckpt in trainer.checkpoint_callbacks:
-            # last.ckpt always; top-k / latest files only if written after the divergence
-            last = getattr(ckpt, "last_model_path", "")
-            if last:
-                ckpt.last_model_path = self._set_aside(last)
             top_k = getattr(ckpt, "best_k_models", {})
-            for path in checkpoint_paths(ckpt) - self._kept_paths:
+            for path in checkpoint_paths(ckpt):
                 new = self._set_aside(path)
                 if path in top_k:
                     score = top_k.pop(path)
                     if new:
                         top_k[new] = score
-                if getattr(ckpt, "best_model_path", "") == path:
-                    ckpt.best_model_path = new
+                for attr in ("last_model_path", "best_model_path", "kth_best_model_path"):
+                    if getattr(ckpt, attr, None) == path:
+                        setattr(ckpt, attr, new)
 
     def _set_aside(self, path: str) -> str:
         """Rename (to <name>.diverged.ckpt) or delete ``path``; returns the new path or ""."""

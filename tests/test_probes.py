@@ -280,13 +280,20 @@ def test_nan_loss_stops_at_that_step_and_leaves_no_good_checkpoint(tmp_path):
     ckpt = ModelCheckpoint(
         dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1, every_n_train_steps=1
     )
+    # a fixed file name, overwritten in place, saved last before the divergence
+    fixed = ModelCheckpoint(
+        dirpath=tmp_path / "fixed",
+        filename="last",
+        enable_version_counter=False,
+        every_n_train_steps=2,
+    )
     div = Divergence()
-    trainer, _ = fit(task, [div, ckpt], 8, tmp_path)
+    trainer, _ = fit(task, [div, ckpt, fixed], 8, tmp_path)
     assert div.status == "diverged" and div.diverged_at_step == 2
     assert task.status == "diverged" and task.diverged_at_step == 2
     assert task.steps_run == 3  # steps 0, 1, 2 and no more
     assert all(torch.isfinite(p).all() for p in task.model.parameters())  # NaN step skipped
-    # saved after steps 0 and 1 (good states) stay; the one after step 2 and last are set aside
+    # untracked files (saved after steps 0 and 1) stay; the tracked latest and last are set aside
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     assert files == [
         "epoch=0-step=1.ckpt",
@@ -294,6 +301,8 @@ def test_nan_loss_stops_at_that_step_and_leaves_no_good_checkpoint(tmp_path):
         "epoch=0-step=3.diverged.ckpt",
         "last.diverged.ckpt",
     ]
+    assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == ["last.diverged.ckpt"]
+    assert fixed.best_model_path.endswith("last.diverged.ckpt")
     saved = torch.load(tmp_path / "ckpt" / "last.diverged.ckpt", weights_only=False)
     states = [s for k, s in saved["callbacks"].items() if k.startswith("Divergence")]
     assert states[0]["status"] == "diverged" and states[0]["diverged_at_step"] == 2
