@@ -59,9 +59,11 @@ def run(cfg: DictConfig) -> dict:
         task = spec.task(model, optim, total_steps=cfg.trainer.max_steps)
         trainer = build_trainer(cfg, run_dir, build_loggers(cfg, run_dir))
         trainer.fit(task, datamodule=dm, ckpt_path=cfg.ckpt_path, weights_only=False)
-        if task.status != "diverged" and task.last_val_step != trainer.global_step:
-            trainer.validate(task, datamodule=dm, verbose=False)  # val at the final weights
-        if cfg.trainer.get("enable_checkpointing", True):
+        # Validate and checkpoint the final weights, unless they are a diverged run's.
+        completed = task.status != "diverged"
+        if completed and task.last_val_step != trainer.global_step:
+            trainer.validate(task, datamodule=dm, verbose=False)
+        if completed and cfg.trainer.get("enable_checkpointing", True):
             trainer.save_checkpoint(run_dir / "last.ckpt", weights_only=False)
         summary.update(task.results(), steps=trainer.global_step)
     except BaseException as err:

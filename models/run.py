@@ -31,9 +31,8 @@ from models.vit import ViT, ViTConfig
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
-warnings.filterwarnings(
-    "ignore", message=r".*isinstance\(treespec, LeafSpec\)"
-)  # lightning vs torch
+# A deprecation inside lightning's own use of torch's pytree; nothing a user can act on.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 class ConfigError(ValueError):
@@ -41,7 +40,8 @@ class ConfigError(ValueError):
 
 
 def from_node(cls: type, node: Any, where: str, renames: dict[str, str] | None = None):
-    """``cls(**node)`` after renaming keys; an unknown key is reported by its config path."""
+    """The node as keyword args for ``cls`` (keys renamed); a missing or unknown key fails by its
+    config path, listing the valid keys."""
     renames = renames or {}
     for key in node:
         if OmegaConf.is_missing(node, key):
@@ -161,6 +161,9 @@ def wandb_group(cfg: DictConfig) -> str | None:
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
     node = cfg.get("logger") or {}
+    unknown = set(node) - {"csv", "wandb"}
+    if unknown:
+        raise ConfigError(f"unknown logger '{sorted(unknown)[0]}'; choose from: csv, wandb")
     loggers: list[Logger] = []
     if "csv" in node:
         # name="" and version="" put metrics.csv straight into the run dir.
@@ -180,9 +183,6 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
                 **w,
             )
         )
-    unknown = set(node) - {"csv", "wandb"}
-    if unknown:
-        raise ConfigError(f"unknown logger '{sorted(unknown)[0]}'; choose from: csv, wandb")
     return loggers
 
 

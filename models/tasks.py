@@ -96,9 +96,9 @@ OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimi
 class TrainTask(L.LightningModule):
     """Shared training loop pieces. Subclasses name their throughput unit and may add metrics.
 
-    ``status`` is "completed" unless the loss turns non-finite (then "diverged": the step is
-    skipped and the trainer stops cleanly). Callbacks that detect divergence otherwise call
-    ``mark_diverged``.
+    ``status`` is "completed" unless the loss turns non-finite: then it is "diverged", that step
+    has no gradient (the weights stay finite) and the trainer stops cleanly after it. Callbacks
+    that detect divergence by other signs call ``mark_diverged``.
     """
 
     unit = "samples"  # throughput/{unit}_per_s
@@ -143,7 +143,7 @@ class TrainTask(L.LightningModule):
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
         if not torch.isfinite(loss):
             self.mark_diverged(self.global_step)
-            return None  # skips backward and the optimizer step: the weights stay finite
+            return None  # no backward: the optimizer finds no gradient and leaves the weights
         self.last_train_loss = float(loss.detach())
         return loss
 
