@@ -1,0 +1,124 @@
+"""The benchmark script: quick mode end to end, and the equivalences its ratios rest on."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from models.norms import RMSNorm
+from scripts import bench
+
+
+def test_quick_mode_runs_every_section(tmp_path):
+    out = tmp_path / "bench.json"
+    report = bench.main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    results = report["results"]
+    errors = [r for r in results if r["status"] == "error"]
+    assert not errors, errors
+    measured = [r for r in results if r["status"] == "ok"]
+    for r in measured:
+        assert math.isfinite(r["value"]) and r["value"] > 0, r
+        for key in ("ratio", "best"):
+            assert r[key] is None or (math.isfinite(r[key]) and r[key] > 0), r
+    sections = {r["section"] for r in measured}
+    assert {"norms", "placements", "memory"} <= sections
+    assert report["ok"]
+    # Every placement x norm is either measured or refused with a reason.
+    grid = [r for r in results if r["section"] == "placements"]
+    assert any(r["name"] == "pre/layernorm" and r["ratio"] == 1.0 for r in grid)
+    assert all(r["status"] == "ok" or r["note"].startswith("refused") for r in grid)
+    gpt = [r for r in results if r["section"] == "gpt"]
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        assert [r["status"] for r in gpt] == ["skipped"]
+    else:
+        assert {"normlab", "hf_gpt2"} <= {r["name"] for r in gpt if r["status"] == "ok"}
+
+
+def test_only_rejects_an_unknown_section(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--only", "gpt,nope"])
+    assert "choose from gpt, vit" in capsys.readouterr().err
+
+
+def test_interleaved_alternates_contenders():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "ab"}
+    times = bench.interleaved(fns, bench.BenchConfig(reps=3, iters=2))
+    assert calls == ["a", "a", "b", "b"] * 3
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+
+
+def test_speed_results_ratio_is_baseline_time_over_time():
+    times = {"fast": [1.0, 2.0, 3.0], "base": [4.0, 6.0, 8.0]}
+    by_name = {r.name: r for r in bench.speed_results("s", times, "base", 10, "tok/s", "")}
+    assert by_name["fast"].value == pytest.approx(10 / 2.0)
+    assert by_name["fast"].ratio == pytest.approx(6.0 / 2.0)
+    assert by_name["fast"].best == pytest.approx(4.0 / 1.0)
+    assert by_name["base"].ratio == 1.0
+
+
+@pytest.mark.parametrize("reference", sorted(bench.EXTRA_NORMS))
+def test_reference_rmsnorms_match_normlab_rmsnorm_and_its_gradients(reference):
+    torch.manual_seed(0)
+    x, grad = torch.randn(3, 5, 16, dtype=torch.float64), torch.randn(3, 5, 16, dtype=torch.float64)
+    ref, ours = bench.EXTRA_NORMS[reference](16).double(), RMSNorm(16).double()
+    with torch.no_grad():
+        ref.weight.copy_(torch.randn(16))
+        ours.weight.copy_(ref.weight)
+    outs = []
+    for norm in (ref, ours):
+        xi = x.clone().requires_grad_()
+        y = norm(xi)
+        y.backward(grad)
+        outs.append((y, xi.grad, norm.weight.grad))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def expected_gpt2_params(s: bench.LMSize) -> int:
+    """Hand count: token and position tables, per layer 2 LNs + qkv + out + MLP, final LN."""
+    d = s.n_embd
+    per_layer = (
+        2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
+    )
+    return s.vocab_size * d + s.block_size * d + s.n_layer * per_layer + 2 * d
+
+
+@pytest.mark.parametrize("size", ["quick", "cpu"])
+def test_gpt_and_hf_gpt2_have_identical_configuration(size):
+    pytest.importorskip("transformers")
+    s = bench.GPT_SIZES[size]
+    torch.manual_seed(0)
+    ours, hf = bench.normlab_gpt(s), bench.hf_gpt2(s)
+    a, b = bench.describe_gpt(ours), bench.describe_hf_gpt2(hf)
+    assert a == b
+    assert a["params"] == expected_gpt2_params(s)
+    assert hf.config.activation_function == "gelu" and hf.config._attn_implementation == "sdpa"
+    if size == "quick":  # same weights -> same logits: the two compute one function
+        bench.copy_gpt_to_hf(ours, hf)
+        idx = torch.randint(0, s.vocab_size, (2, s.block_size))
+        with torch.no_grad():
+            torch.testing.assert_close(ours(idx)[0], hf(input_ids=idx).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_configuration_check_catches_a_difference():
+    pytest.importorskip("transformers")
+    s = bench.GPT_SIZES["quick"]
+    hf = bench.hf_gpt2(s)
+    hf.config.activation_function = "gelu_new"
+    with pytest.raises(RuntimeError, match="gelu"):
+        bench.check_same(bench.describe_gpt(bench.normlab_gpt(s)), bench.describe_hf_gpt2(hf), "x")
+
+
+def test_flops_per_token_counts_matmuls_of_one_token():
+    s = bench.LMSize(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=10, batch_size=1)
+    m = bench.normlab_gpt(s)
+    d, L, T = 8, 2, 4
+    n = 10 * d + L * (12 * d * d + 13 * d) + 2 * d  # parameters without the position table
+    assert bench.flops_per_token(m) == 6 * n + 12 * L * T * d
