@@ -253,7 +253,7 @@ def test_multirun_subprocess_writes_one_summary_per_job(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summaries = sorted(tmp_path.glob("*/summary.json"))
     assert [p.parent.name for p in summaries] == [
-        "0_gpt-post-layernorm-L1-lr0.002-s0",
-        "1_gpt-pre-layernorm-L1-lr0.002-s0",
+        "0_gpt-post-layernorm-L1-lr0.005-s0",
+        "1_gpt-pre-layernorm-L1-lr0.005-s0",
     ]
     assert all(json.loads(p.read_text())["status"] == "completed" for p in summaries)
