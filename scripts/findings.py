@@ -1,0 +1,396 @@
+"""The published claims each reproduction checks, decided from a sweep's report.json.
+
+A claim states what a paper reports, measures it in the report (scripts/compare.py's variants:
+mean over seeds of each run's best val loss; or its init-probe groups), compares it with a
+threshold and says PASS or FAIL, or NO DATA when the variants it needs are missing or have fewer
+than MIN_SEEDS finished runs. A diverged (or crashed) run scores +inf: it counts as worse than any
+run that trained, and a variant with one such seed is as bad as its worst seed.
+
+Thresholds (losses in nats per token / per image; seed-to-seed std at the CPU sizes is 0.01-0.04):
+    WORSE = 0.10   "ends worse": >= 2.5 seed stds, far below the gaps the papers report
+    CLOSE = 0.05   "close to" / "matches": about 2 seed stds
+    FAILS = 0.20   "fails to train": a gap no seed noise reaches (a stuck Post-LN sits ~0.6 above)
+    DEEP_OK = 0.30 "trains at depth": deepest within this of the same placement's shallowest
+                   (short runs of deep stacks lag a little without failing)
+    F4_TOL = 0.02  "ends slightly better": Post-LN's mean at most this above Pre-LN's
+    UPDATE_RATIO = 2.0  Post-LN's early model update at least this multiple of DeepNorm's
+F1 thresholds are on log-log slopes: flat |slope| < 0.15 (theory 0), shrinking < -0.3 (theory
+-0.5); residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIN_SEEDS = 2
+WORSE, CLOSE, FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.10, 0.05, 0.20, 0.30, 0.02, 2.0
+FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 0.15, -0.3, 1.5, 2.0
+EARLY_FRACTION = 0.25  # "early": the first quarter of training
+STATUSES = ("PASS", "FAIL", "NO DATA")
+
+
+@dataclass
+class Verdict:
+    id: str
+    statement: str  # the paper's claim, as this sweep tests it
+    source: str
+    measured: dict[str, Any] = field(default_factory=dict)
+    threshold: str = ""
+    status: str = "NO DATA"
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class NoData(Exception):
+    """The report lacks what a claim needs; the message says what."""
+
+
+# --- reading the report --------------------------------------------------------------------------
+def close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
+    return a == b
+
+
+def variant(report: dict, **params: Any) -> dict:
+    """The one variant row whose params match ``params``."""
+    rows = [
+        r
+        for r in report.get("variants", [])
+        if all(close(r["params"].get(k), v) for k, v in params.items())
+    ]
+    if len(rows) != 1:
+        what = " ".join(f"{k}={v}" for k, v in params.items())
+        raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
+    return rows[0]
+
+
+def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
+    """Per finished run: its metric, +inf when it diverged or failed; unfinished runs skipped."""
+    out = []
+    for run in row["runs"]:
+        value = run.get(metric)
+        if run["status"] == "completed" and isinstance(value, int | float):
+            out.append(float(value))
+        elif run["status"] in ("completed", "diverged", "failed"):
+            out.append(math.inf)
+    return out
+
+
+def mean_score(row: dict, min_seeds: int = MIN_SEEDS) -> float:
+    values = scores(row)
+    if len(values) < min_seeds:
+        raise NoData(f"{row['label']}: {len(values)} finished runs, need >= {min_seeds}")
+    return math.inf if math.inf in values else statistics.fmean(values)
+
+
+def values(report: dict, key: str) -> list[Any]:
+    """The distinct values of one variant param across the report, sorted."""
+    found = {r["params"].get(key) for r in report.get("variants", [])} - {None}
+    return sorted(found)
+
+
+def rnd(x: float | None, digits: int = 4) -> float | str | None:
+    if x is None:
+        return None
+    return "inf (diverged)" if math.isinf(x) else round(x, digits)
+
+
+def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
+    verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
+    verdict.status = "PASS" if passed else "FAIL"
+    return verdict
+
+
+# --- F1: init probe ------------------------------------------------------------------------------
+def probe_series(report: dict, placement: str) -> list[dict]:
+    groups = [g for g in report.get("init_probe", []) if g["params"].get("placement") == placement]
+    groups.sort(key=lambda g: g["params"]["n_layer"])
+    if len(groups) < 2:
+        raise NoData(f"init probe for placement={placement}: {len(groups)} depths, need >= 2")
+    return groups
+
+
+def log_slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log y on log x."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
+        (a - mx) ** 2 for a in lx
+    )
+
+
+def fc2_slope(report: dict, placement: str) -> tuple[float, dict]:
+    groups = probe_series(report, placement)
+    depths = [g["params"]["n_layer"] for g in groups]
+    fc2 = [g["last_fc2"] for g in groups]
+    return log_slope(depths, fc2), {f"L{d}": rnd(v, 5) for d, v in zip(depths, fc2, strict=True)}
+
+
+def residual_ratio(report: dict, placement: str) -> tuple[float, int]:
+    deepest = probe_series(report, placement)[-1]
+    act = deepest["act_norm"]
+    return act[-1] / act[0], deepest["params"]["n_layer"]
+
+
+def f1_post_grad_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    slope, per_depth = fc2_slope(report, "post")
+    v.threshold = f"|slope| < {FLAT_SLOPE}"
+    return decide(v, abs(slope) < FLAT_SLOPE, slope=slope, last_fc2_grad=per_depth)
+
+
+def f1_pre_grad_shrinks(report: dict, settings: dict, v: Verdict) -> Verdict:
+    slope, per_depth = fc2_slope(report, "pre")
+    v.threshold = f"slope < {SHRINK_SLOPE}"
+    return decide(v, slope < SHRINK_SLOPE, slope=slope, last_fc2_grad=per_depth)
+
+
+def f1_post_residual_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    ratio, depth = residual_ratio(report, "post")
+    v.threshold = f"1/{FLAT_RATIO} <= last/first <= {FLAT_RATIO}"
+    return decide(v, 1 / FLAT_RATIO <= ratio <= FLAT_RATIO, ratio=ratio, depth=depth)
+
+
+def f1_pre_residual_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    ratio, depth = residual_ratio(report, "pre")
+    v.threshold = f"last/first >= {GROW_RATIO}"
+    return decide(v, ratio >= GROW_RATIO, ratio=ratio, depth=depth)
+
+
+# --- F2: warmup ----------------------------------------------------------------------------------
+def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[float, float, dict]:
+    lr = settings.get("ref_lr")
+    if lr is None:
+        raise NoData("the experiment sets no reproduce.ref_lr")
+    warmups = values(report, "warmup_steps")
+    if 0 not in warmups or len(warmups) < 2:
+        raise NoData(f"warmup_steps values {warmups}: need 0 and a warmup")
+    off = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=0))
+    on = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=warmups[-1]))
+    return off, on, {"lr": lr, "warmup_steps": warmups[-1]}
+
+
+def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    off, on, where = warmup_pair(report, settings, "post")
+    v.threshold = f"no-warmup - warmup >= {WORSE}"
+    return decide(v, off - on >= WORSE, post_no_warmup=off, post_warmup=on, gap=off - on, **where)
+
+
+def f2_pre_no_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    off, on, where = warmup_pair(report, settings, "pre")
+    v.threshold = f"no-warmup - warmup <= {CLOSE}"
+    return decide(v, off - on <= CLOSE, pre_no_warmup=off, pre_warmup=on, gap=off - on, **where)
+
+
+# --- F3/F4 and the ViT: depth --------------------------------------------------------------------
+def depth_means(report: dict, placement: str, depth: int) -> float:
+    return mean_score(variant(report, placement=placement, n_layer=depth))
+
+
+def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = max(values(report, "n_layer"), default=None)
+    if depth is None:
+        raise NoData("no depths in the report")
+    post = depth_means(report, "post", depth)
+    others = {p: depth_means(report, p, depth) for p in ("pre", "deepnorm")}
+    best = min(others.values())
+    v.threshold = f"post diverged, or post - min(pre, deepnorm) >= {FAILS}"
+    return decide(v, post - best >= FAILS, depth=depth, post=post, **others, gap=post - best)
+
+
+def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depths = values(report, "n_layer")
+    if len(depths) < 2:
+        raise NoData(f"depths {depths}: need >= 2")
+    measured, ok = {"depths": [depths[0], depths[-1]]}, True
+    for p in ("pre", "deepnorm"):
+        shallow, deep = depth_means(report, p, depths[0]), depth_means(report, p, depths[-1])
+        measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = shallow, deep
+        ok = ok and deep - shallow <= DEEP_OK
+    v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each"
+    return decide(v, ok, **measured)
+
+
+def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = min(values(report, "n_layer"), default=None)
+    if depth is None:
+        raise NoData("no depths in the report")
+    warmups = values(report, "warmup_steps")
+    if not warmups or warmups[0] <= 0:
+        raise NoData("F4 needs runs with warmup")
+    post, pre = depth_means(report, "post", depth), depth_means(report, "pre", depth)
+    v.threshold = f"post <= pre + {F4_TOL}"
+    return decide(v, post <= pre + F4_TOL, depth=depth, post=post, pre=pre, diff=post - pre)
+
+
+def early_update(row: dict, max_steps: int) -> float:
+    """Mean over seeds of each run's largest update/model in the first EARLY_FRACTION of steps."""
+    from scripts.compare import Warnings, find_metrics_file, read_metrics
+
+    peaks = []
+    for run in row["runs"]:
+        series = read_metrics(find_metrics_file(Path(run["run_dir"])), Warnings())
+        early = [
+            y for s, y in series.get("update/model", []) if 0 < s <= EARLY_FRACTION * max_steps
+        ]
+        if early:
+            peaks.append(max(early))
+    if len(peaks) < MIN_SEEDS:
+        raise NoData(f"{row['label']}: update/model logged early in {len(peaks)} runs")
+    return statistics.fmean(peaks)
+
+
+def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = max(values(report, "n_layer"), default=None)
+    max_steps = settings.get("max_steps")
+    if depth is None or not max_steps:
+        raise NoData("no depths or max_steps")
+    post = early_update(variant(report, placement="post", n_layer=depth), max_steps)
+    deep = early_update(variant(report, placement="deepnorm", n_layer=depth), max_steps)
+    v.threshold = f"post / deepnorm >= {UPDATE_RATIO} (max over steps <= {EARLY_FRACTION:.0%})"
+    ratio = post / deep if deep > 0 else math.inf
+    return decide(v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio)
+
+
+# --- F5: norms -----------------------------------------------------------------------------------
+def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+    placements = values(report, "placement")
+    if not placements:
+        raise NoData("no placements in the report")
+    measured, ok = {}, True
+    for p in placements:
+        ln = mean_score(variant(report, placement=p, norm="layernorm"))
+        rms = mean_score(variant(report, placement=p, norm="rmsnorm"))
+        measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = ln, rms
+        measured[f"{p}_diff"] = rms - ln
+        ok = ok and abs(rms - ln) <= CLOSE
+        tput = [
+            variant(report, placement=p, norm=n)["throughput"] for n in ("rmsnorm", "layernorm")
+        ]
+        if all(tput):
+            measured[f"{p}_throughput_ratio"] = round(tput[0]["mean"] / tput[1]["mean"], 3)
+    v.threshold = f"|rmsnorm - layernorm| <= {CLOSE} for each placement"
+    return decide(v, ok, **measured)
+
+
+# --- registry ------------------------------------------------------------------------------------
+Check = Callable[[dict, dict, Verdict], Verdict]
+XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    statement: str
+    source: str
+    check: Check
+
+
+@dataclass(frozen=True)
+class Finding:
+    experiment: str  # conf/experiment/<experiment>.yaml; the GPU size is <experiment>_gpu
+    title: str
+    claims: tuple[Claim, ...]
+    kind: str = "sweep"  # sweep: train.py -m | init_probe: models.init_probe in-process
+
+
+DEPTH_CLAIMS = (
+    Claim("deep-post-fails", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
+    Claim("deep-others-train", "Pre-LN and DeepNorm train at every depth", WANG, deep_others_train),
+    Claim(
+        "update-jumps",
+        "Post-LN's model update is larger early than DeepNorm's",
+        WANG,
+        post_update_jumps,
+    ),
+)
+FINDINGS: dict[str, Finding] = {
+    "f1": Finding(
+        "f1_init",
+        "F1: gradients and residual norms at initialization vs depth",
+        (
+            Claim(
+                "F1a", "Post-LN last-layer FFN grad norm is flat in depth", XIONG, f1_post_grad_flat
+            ),
+            Claim(
+                "F1b",
+                "Pre-LN last-layer FFN grad norm shrinks with depth",
+                XIONG,
+                f1_pre_grad_shrinks,
+            ),
+            Claim(
+                "F1c", "Post-LN residual norm is flat across layers", XIONG, f1_post_residual_flat
+            ),
+            Claim("F1d", "Pre-LN residual norm grows across layers", XIONG, f1_pre_residual_grows),
+        ),
+        kind="init_probe",
+    ),
+    "f2": Finding(
+        "f2_warmup",
+        "F2: Post-LN needs learning-rate warmup, Pre-LN does not",
+        (
+            Claim(
+                "F2a", "Post-LN without warmup ends worse than with it", XIONG, f2_post_needs_warmup
+            ),
+            Claim("F2b", "Pre-LN without warmup ends as well as with it", XIONG, f2_pre_no_warmup),
+        ),
+    ),
+    "f3": Finding(
+        "f3_depth",
+        "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow Post-LN ends better",
+        (
+            *(
+                Claim(f"F3{c}", x.statement, x.source, x.check)
+                for c, x in zip("abc", DEPTH_CLAIMS, strict=True)
+            ),
+            Claim(
+                "F4",
+                "Shallow Post-LN with warmup ends at least as well as Pre-LN",
+                LIU,
+                shallow_post_matches,
+            ),
+        ),
+    ),
+    "f5": Finding(
+        "f5_norms",
+        "F5: RMSNorm matches LayerNorm",
+        (
+            Claim(
+                "F5",
+                "RMSNorm's best val loss matches LayerNorm's",
+                "Zhang & Sennrich 2019",
+                rmsnorm_matches,
+            ),
+        ),
+    ),
+    "vit": Finding(
+        "vit_depth",
+        "ViT on digits: depth stability without warmup at a high learning rate",
+        tuple(
+            Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
+        ),
+    ),
+}
+ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
+
+
+def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
+    """Every claim of ``finding`` decided on ``report``; ``settings``: the experiment's
+    ``reproduce`` node plus ``max_steps``."""
+    settings = settings or {}
+    out = []
+    for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
+        v = Verdict(claim.id, claim.statement, claim.source)
+        try:
+            v = claim.check(report, settings, v)
+        except NoData as err:
+            v.status, v.note = "NO DATA", str(err)
+        out.append(v)
+    return out

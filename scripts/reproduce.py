@@ -1,0 +1,332 @@
+"""One command per finding: run its sweep, compare the runs, decide each published claim.
+
+    python scripts/reproduce.py f3                  # CPU size, into multirun/reproduce/f3_depth
+    python scripts/reproduce.py f3 --size gpu       # the GPU size (experiment f3_depth_gpu)
+    python scripts/reproduce.py f2 --dry-run        # show the sweep and the claims, run nothing
+    python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
+
+Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
+f5 (LayerNorm vs RMSNorm), vit (ViT depth). A sweep runs as ``python train.py -m
+experiment=<name> hydra.sweep.dir=<out>``; f1 runs models.init_probe in this process. Then
+scripts.compare writes <out>/report/ and scripts.findings decides the claims into
+<out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
+verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
+all finished is not launched again, and train.py skips finished runs of an unfinished sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file: make the project root importable
+    sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from scripts.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
+
+SIZES = ("cpu", "gpu")
+FINISHED = ("completed", "diverged")
+console = Console()
+
+
+# --- the sweep as Hydra sees it ------------------------------------------------------------------
+def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(single-valued overrides, sweep overrides such as model.n_layer=3,6)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    single = [o.input_line for o in parsed if not o.is_sweep_override()]
+    return single, [o.input_line for o in parsed if o.is_sweep_override()]
+
+
+def compose(experiment: str, overrides: list[str]):
+    """The experiment's config with hydra's node (sweep params, launcher) and the overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    single, _ = split_overrides(overrides)
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3", job_name="reproduce"):
+        return hydra_compose(
+            "config", [f"experiment={experiment}", *single], return_hydra_config=True
+        )
+
+
+def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
+    """Each job's overrides, in Hydra's launch order (job k runs in <out>/k_<name>); command
+    line overrides replace the experiment's sweep params of the same key, as in train.py -m."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()]
+    parsed = OverridesParser.create().parse_overrides([*params, *overrides])
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
+def settings_of(cfg) -> dict[str, Any]:
+    """The experiment's ``reproduce`` node: where the claims look, how F1 probes."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("reproduce")
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for job in jobs:
+        for item in job:
+            key, _, value = item.partition("=")
+            if value not in values.setdefault(key.lstrip("+~"), []):
+                values[key.lstrip("+~")].append(value)
+    return values
+
+
+# --- runs on disk --------------------------------------------------------------------------------
+def run_states(out: Path, n_jobs: int) -> dict[int, str]:
+    """Job index -> "running" (dir, no summary yet) or the summary's status."""
+    states = {}
+    for path in out.glob("[0-9]*_*"):
+        num = path.name.split("_", 1)[0]
+        if not (path.is_dir() and num.isdigit() and int(num) < n_jobs):
+            continue
+        summary = path / "summary.json"
+        try:
+            states[int(num)] = json.loads(summary.read_text()).get("status") or "unfinished"
+        except FileNotFoundError:
+            states[int(num)] = "running"
+        except (OSError, ValueError):
+            states[int(num)] = "unfinished"
+    return states
+
+
+def run_sweep(experiment: str, jobs: list[list[str]], out: Path, overrides: list[str]) -> int:
+    """``train.py -m`` in a subprocess with a progress bar over the jobs; its return code."""
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={experiment}"]
+    cmd += [f"hydra.sweep.dir={out}", *overrides]
+    states = run_states(out, len(jobs))
+    if len(jobs) and all(states.get(k) in FINISHED for k in range(len(jobs))):
+        console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(out / "sweep.log", "a") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress("{task.description}", *columns, console=console) as bar:
+            task = bar.add_task("runs", total=len(jobs))
+            seen = {k for k, s in states.items() if s not in ("running", "unfinished")}
+            varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
+            while True:
+                code = proc.poll()
+                states = run_states(out, len(jobs))
+                for k in sorted(k for k, s in states.items() if s not in ("running", "unfinished")):
+                    if k not in seen:
+                        seen.add(k)
+                        what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
+                        console.print(f"  run {k}: {what} -> {states[k]}", markup=False)
+                running = [str(k) for k, s in states.items() if s == "running"]
+                label = f"runs (running: {', '.join(running)})" if running else "runs"
+                bar.update(task, completed=len(seen), description=label)
+                if code is not None:
+                    return code
+                time.sleep(1.0)
+
+
+def run_init_probe(cfg, jobs: list[list[str]], out: Path) -> None:
+    """F1 in this process: models.init_probe over the sweep's placements x depths x seeds."""
+    from models.gpt import GPTConfig
+    from models.init_probe import embedded_batches, init_probe, random_batches, write_probe_json
+    from models.vit import ViTConfig
+
+    values = swept_values(jobs)
+    extra = set(values) - {"placement", "model.n_layer", "seed", "experiment"}
+    extra = {k for k in extra if len(values[k]) > 1}
+    if extra:
+        raise SystemExit(f"error: f1 sweeps placement, model.n_layer and seed only; drop {extra}")
+    placements = values.get("placement", [cfg.placement.name])
+    depths = [int(d) for d in values.get("model.n_layer", [cfg.model.n_layer])]
+    seeds = [int(s) for s in values.get("seed", [cfg.seed])]
+    settings = settings_of(cfg).get("init_probe", {})
+    config_cls = GPTConfig if cfg.model.name == "gpt" else ViTConfig
+    known = {f.name for f in fields(config_cls)}
+    kwargs = {k: v for k, v in cfg.model.items() if k in known}
+    base = config_cls(**kwargs, norm=cfg.norm.name, norm_eps=cfg.norm.get("eps", 1e-5))
+    k, bs = int(settings.get("k_batches", 4)), int(settings.get("batch_size", 8))
+    if settings.get("data", "embedded") == "embedded":
+        base, batches = embedded_batches(base, k, bs, seed=0)
+    else:
+        batches = random_batches(base, k, bs, seed=0)
+    result: dict[str, Any] = {}
+    start = time.perf_counter()
+    with Progress("{task.description}", BarColumn(), MofNCompleteColumn(), console=console) as bar:
+        task = bar.add_task("init probe", total=len(placements))
+        for placement in placements:  # one call per placement, for the progress bar
+            bar.update(task, description=f"init probe: {placement}")
+            part = init_probe(base, batches, [placement], depths, seeds)
+            if result:
+                result["runs"] += part["runs"]
+                result["depth_slopes"].update(part["depth_slopes"])
+            else:
+                result = part
+            bar.advance(task)
+    result.update(placements=placements, wall_s=round(time.perf_counter() - start, 2))
+    write_probe_json(result, out / "probe.json")
+
+
+# --- verdicts ------------------------------------------------------------------------------------
+def fmt(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={fmt(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def cell(text: Any) -> str:
+    return str(text).replace("|", "\\|")  # a pipe would end the table cell
+
+
+def verdict_markdown(record: dict) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
+    if record["kind"] == "init_probe":
+        what = f"models.init_probe over {record['n_runs']} placement x depth x seed models"
+    else:
+        what = f"{record['n_runs']} runs ({fmt(record['run_status']) or 'none finished'})"
+    lines = [
+        f"# {record['title']}",
+        "",
+        f"Command: `{record['command']}`  ",
+        f"Sweep: `experiment={record['experiment']}`, {what}; wall {record['wall_s'] / 60:.1f} min "
+        f"on {record['cpus']} CPUs, load average {record['load_start']:.1f} -> "
+        f"{record['load_end']:.1f}.  ",
+        f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
+        "",
+        "| claim | statement (source) | measured | threshold | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for c in record["claims"]:
+        cells = [c["id"], f"{c['statement']} ({c['source']})", fmt(c["measured"]) or c["note"]]
+        cells += [c["threshold"] or "–", f"**{c['status']}**"]
+        lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
+    if record["kind"] != "init_probe":
+        lines += ["", "Losses: mean over seeds of each run's best val loss; inf: a run diverged."]
+    return "\n".join(lines) + "\n"
+
+
+def write_verdicts(out: Path, record: dict) -> None:
+    (out / "verdict.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (out / "verdict.md").write_text(verdict_markdown(record))
+
+
+def show(verdicts: list[Verdict]) -> None:
+    table = Table("claim", "statement", "measured", "threshold", "verdict")
+    colors = {"PASS": "green", "FAIL": "red", "NO DATA": "yellow"}
+    for v in verdicts:
+        measured = fmt(v.measured) or v.note
+        table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
+    console.print(table)
+
+
+def finite_load() -> float:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    return round(load, 2)
+
+
+# --- entry ---------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES]))
+    p.add_argument("--size", choices=SIZES, default="cpu")
+    p.add_argument(
+        "--out", type=Path, default=None, help="sweep dir (default multirun/reproduce/<experiment>)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="show the sweep and the claims; run nothing"
+    )
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
+    args = p.parse_intermixed_args(argv)
+    name = ALIASES.get(args.finding, args.finding)
+    finding = FINDINGS[name]
+    experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
+    out = (args.out or ROOT / "multirun" / "reproduce" / experiment).resolve()
+    try:
+        cfg = compose(experiment, args.overrides)
+        jobs = sweep_jobs(cfg, args.overrides)
+    except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
+        console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
+        return 1
+    command = " ".join(
+        ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
+    )
+    console.print(f"[bold]{finding.title}[/] — experiment={experiment}, {len(jobs)} runs -> {out}")
+    if args.dry_run:
+        for k, job in enumerate(jobs):
+            console.print(f"  #{k}: {' '.join(job)}", markup=False)
+        for claim in finding.claims:
+            console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
+        return 0
+    load_start, start = finite_load(), time.perf_counter()
+    code = 0
+    if finding.kind == "init_probe":
+        out.mkdir(parents=True, exist_ok=True)
+        run_init_probe(cfg, jobs, out)
+    else:
+        code = run_sweep(experiment, jobs, out, args.overrides)
+        ended = [
+            s for s in run_states(out, len(jobs)).values() if s not in ("running", "unfinished")
+        ]
+        if code != 0 and len(ended) < len(jobs):
+            console.print(
+                f"error: the sweep stopped (exit {code}) before every run ended; "
+                f"see {out / 'sweep.log'}"
+            )
+            return 1
+        if code != 0:
+            console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
+    from scripts.compare import compare
+
+    report = compare(out)
+    settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
+    verdicts = evaluate(name, report, settings)
+    runs = [r for v in report["variants"] for r in v["runs"]]
+    record = {
+        "finding": name,
+        "title": finding.title,
+        "experiment": experiment,
+        "size": args.size,
+        "kind": finding.kind,
+        "command": command,
+        "sweep_dir": str(out),
+        "sweep_returncode": code,
+        "n_runs": len(runs) or len(jobs),
+        "run_status": {
+            s: sum(r["status"] == s for r in runs) for s in sorted({r["status"] for r in runs})
+        },
+        "wall_s": round(time.perf_counter() - start, 1),
+        "cpus": os.cpu_count(),
+        "load_start": load_start,
+        "load_end": finite_load(),
+        "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
+        "claims": [v.to_dict() for v in verdicts],
+    }
+    write_verdicts(out, record)
+    show(verdicts)
+    console.print(f"verdicts: {out / 'verdict.md'}; report: {out / 'report' / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
