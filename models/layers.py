@@ -96,6 +96,24 @@ class Gate(nn.Module):
         return self.weight * x
 
 
+class NoSkip(nn.Module):
+    """No skip from the block input: the MLP branch passes through untouched."""
+
+    def forward(self, h: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        return h
+
+
+class InputSkip(nn.Module):
+    """B2T's extra skip (Takase et al. 2023): adds s * x0, the block input, to the MLP branch."""
+
+    def __init__(self, weight: float) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, h: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        return torch.add(h, x0, alpha=self.weight)
+
+
 # Slot kind (placement.SLOT_KINDS) -> module, given the model's norm factory and the feature size.
 SLOTS: dict[str, Callable[[NormFactory, int], nn.Module]] = {
     "none": lambda make_norm, dim: nn.Identity(),
@@ -155,6 +173,7 @@ class Block(nn.Module):
         self.placement_name = placement.name  # per layer: Mix-LN's blocks say post or pre
         self.alpha = alpha
         self.input_skip = placement.input_skip
+        self.mlp_skip = InputSkip(self.input_skip) if self.input_skip else NoSkip()
         self.attn = Attention(
             n_embd,
             n_head,
@@ -174,10 +193,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x0 = x
+        # torch.add(branch, x, alpha=a) is branch + a * x; autograd skips the multiply at a = 1.
         h = self.attn_drop(self.attn(self.attn_pre(x)))
-        x = self.attn_post(self.alpha * x + self.attn_branch_out(h))
-        h = self.mlp(self.mlp_pre(x))
-        x = self.mlp_post(self.alpha * x + self.mlp_branch_out(h) + self.input_skip * x0)
+        x = self.attn_post(torch.add(self.attn_branch_out(h), x, alpha=self.alpha))
+        h = self.mlp_skip(self.mlp_branch_out(self.mlp(self.mlp_pre(x))), x0)
+        x = self.mlp_post(torch.add(h, x, alpha=self.alpha))
         return x
 
     def extra_repr(self) -> str:

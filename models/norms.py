@@ -85,9 +85,12 @@ class GroupNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # group_norm reads (N, C): every token becomes one sample, so no statistic spans tokens.
-        y = F.group_norm(x.reshape(-1, x.shape[-1]), self.groups, self.weight, self.bias, self.eps)
-        return y.view(x.shape)
+        # Each group is a LayerNorm over its own features: the fused layer_norm kernel on a
+        # (..., groups, dim / groups) view is several times faster than F.group_norm on CPU.
+        y = F.layer_norm(
+            x.unflatten(-1, (self.groups, -1)), (x.shape[-1] // self.groups,), eps=self.eps
+        )
+        return torch.addcmul(self.bias, y.flatten(-2), self.weight)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}"
