@@ -39,7 +39,7 @@ from scripts.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # n
 
 SIZES = ("cpu", "gpu")
 FINISHED = ("completed", "diverged")
-console = Console()
+console = Console(soft_wrap=True)  # log files keep one line per message
 
 
 # --- the sweep as Hydra sees it ------------------------------------------------------------------
