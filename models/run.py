@@ -1,4 +1,4 @@
-"""Turn a composed config into the parts of a run: data, model, task, loggers, callbacks, trainer.
+"""Turn a composed config into the parts of a run: data, model, task, callbacks, trainer, summary.
 
 Config nodes hold primitives only; names become classes here, through the MODELS registry and
 typed dataclasses, so an unknown key or name fails before any training with one clear line.
@@ -17,20 +17,27 @@ from typing import Any
 
 import lightning.pytorch as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
+from models.divergence import DivergenceConfig
 from models.gpt import GPT, GPTConfig
+from models.loggers import WandbMetrics
+from models.probes import ProbeConfig
+from models.probes import build_callbacks as probe_callbacks
+from models.resume import AtomicCheckpointIO, PeriodicCheckpoint, default_every_n_steps
 from models.tasks import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
 from models.vit import ViT, ViTConfig
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+# The task logs val metrics already reduced across ranks (exact sums, then the ratio).
+warnings.filterwarnings("ignore", message=r".*when logging on epoch level in distributed")
 # A deprecation inside lightning's own use of torch's pytree; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
@@ -124,7 +131,7 @@ PLACEMENT_KEYS = {"name": "placement", "alpha": "deepnorm_alpha", "beta": "deepn
 NORM_KEYS = {"name": "norm", "eps": "norm_eps", "alpha": "dyt_alpha", "groups": "norm_groups"}
 
 
-def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
+def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
     """Model config = model node + placement node + norm node + the fields the data decides."""
     model_node = OmegaConf.masked_copy(cfg.model, [k for k in cfg.model if k != "name"])
     kwargs = {
@@ -133,65 +140,40 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
         **from_node(spec.config, cfg.norm, "norm", NORM_KEYS),
         **spec.data_fields(dm),
     }
-    return spec.module(spec.config(**kwargs))
+    return spec.config(**kwargs)
+
+
+def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
+    return spec.module(model_config(cfg, spec, dm))
 
 
 def build_optim(cfg: DictConfig) -> OptimConfig:
     return OptimConfig(**from_node(OptimConfig, cfg.optim, "optim"))
 
 
-# --- loggers -------------------------------------------------------------------------------
-def wandb_group(cfg: DictConfig) -> str | None:
-    """Explicit group, else the experiment's name, else the sweep's dir for a multirun."""
-    if cfg.get("group"):
-        return str(cfg.group)
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return None
-    hydra_cfg = HydraConfig.get()
-    experiment = hydra_cfg.runtime.choices.get("experiment")
-    if experiment:
-        return str(experiment)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        return "sweep-" + "-".join(Path(hydra_cfg.sweep.dir).parts[-2:])
-    return None
-
-
-def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
-    node = cfg.get("logger") or {}
-    unknown = set(node) - {"csv", "wandb"}
-    if unknown:
-        raise ConfigError(f"unknown logger '{sorted(unknown)[0]}'; choose from: csv, wandb")
-    loggers: list[Logger] = []
-    if "csv" in node:
-        # name="" and version="" put metrics.csv straight into the run dir.
-        loggers.append(CSVLogger(run_dir, name="", version="", **node.csv))
-    if "wandb" in node:
-        w = OmegaConf.to_container(node.wandb, resolve=True)
-        config = OmegaConf.to_container(cfg, resolve=True)
-        config.pop("hydra", None)
-        tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
-        loggers.append(
-            WandbLogger(
-                name=cfg.name,
-                save_dir=str(run_dir),
-                group=wandb_group(cfg),
-                tags=tags,
-                config=config,
-                **w,
-            )
+def check_run_length(cfg: DictConfig) -> None:
+    """Values Lightning would accept silently (max_steps=-1 runs forever, 0 trains nothing)."""
+    steps, warmup = cfg.trainer.max_steps, cfg.optim.warmup_steps
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"trainer.max_steps must be a positive integer, got {steps!r}")
+    if isinstance(warmup, int) and warmup > steps:
+        raise ConfigError(
+            f"optim.warmup_steps={warmup} is longer than the run (trainer.max_steps={steps}); "
+            f"lower optim.warmup_steps (e.g. optim.warmup_steps={max(1, steps // 10)}) "
+            "or raise trainer.max_steps"
         )
-    return loggers
+    node = cfg.get("checkpoint") or {}
+    every, seconds = node.get("every_n_steps"), node.get("every_s")
+    if every is not None and (not isinstance(every, int) or every < 1):
+        raise ConfigError(f"checkpoint.every_n_steps must be >= 1 or null, got {every!r}")
+    if seconds is not None and seconds <= 0:
+        raise ConfigError(f"checkpoint.every_s must be > 0 or null, got {seconds!r}")
 
 
-def finish_wandb() -> None:
-    """Close the wandb run, so the next job of a multirun starts its own."""
-    import wandb
-
-    if wandb.run is not None:
-        wandb.finish()
+def build_probe_configs(cfg: DictConfig) -> tuple[ProbeConfig, DivergenceConfig]:
+    probes = from_node(ProbeConfig, cfg.get("probes") or {}, "probes")
+    divergence = from_node(DivergenceConfig, cfg.get("divergence") or {}, "divergence")
+    return ProbeConfig(**probes), DivergenceConfig(**divergence)
 
 
 # --- callbacks and trainer -------------------------------------------------------------------
@@ -202,24 +184,33 @@ class StepProgressBar(RichProgressBar):
         return "train steps"
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
-    """Progress bar and periodic last.ckpt; training probes plug in here."""
+def build_callbacks(
+    cfg: DictConfig, run_dir: Path, probes: ProbeConfig, divergence: DivergenceConfig
+) -> list[Callback]:
+    """Progress bar, wandb metric definitions, the stability probes, divergence detection
+    (after the probes: it may clear a non-finite gradient they read) and periodic last.ckpt."""
     callbacks: list[Callback] = []
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar(leave=True))
+    callbacks.append(WandbMetrics())
+    callbacks += probe_callbacks(probes, divergence)
     if cfg.trainer.get("enable_checkpointing", True):
-        # Saves at each validation: last.ckpt is at most one val interval old for resuming.
-        callbacks.append(ModelCheckpoint(run_dir, "last", enable_version_counter=False))
+        node = cfg.get("checkpoint") or {}
+        every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)
+        callbacks.append(PeriodicCheckpoint(run_dir / "last.ckpt", every, node.get("every_s")))
     return callbacks
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list[Logger]) -> L.Trainer:
+def build_trainer(
+    cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback]
+) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     try:
         return L.Trainer(
             default_root_dir=run_dir,
             logger=loggers or False,
-            callbacks=build_callbacks(cfg, run_dir),
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
             **kwargs,
         )
     except TypeError as err:
@@ -241,6 +232,7 @@ def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
     """The fields summary.json holds whatever happens to the run."""
     summary = {
         "status": "failed",
+        "mode": cfg.get("mode", "train"),
         "name": cfg.name,
         "model": cfg.model.name,
         "placement": cfg.placement.name,
@@ -258,6 +250,7 @@ def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
         "wall_s": None,
         "run_dir": str(run_dir),
         "params": None,
+        "resumed_from_step": None,
     }
     if cfg.model.name == "vit":
         summary.update(final_val_acc=None, best_val_acc=None, samples_per_s=None)
@@ -267,10 +260,18 @@ def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def write_summary(path: Path, summary: dict) -> None:
+    """Written whole or not at all: a kill mid-write leaves the previous file."""
+
     def clean(v: Any) -> Any:  # JSON has no NaN/inf: write null
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
         return None if isinstance(v, float) and not math.isfinite(v) else v
 
-    path.write_text(json.dumps({k: clean(v) for k, v in summary.items()}, indent=2) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(clean(summary), indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 def result_line(summary: dict) -> str:

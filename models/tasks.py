@@ -3,16 +3,25 @@
 A task wraps one pure-torch model whose forward returns ``(output, loss)``. The shared base owns
 AdamW (weight decay on >=2-D weights only), warmup + schedule stepped per optimizer step,
 throughput, best/last metric tracking and divergence; the two tasks add only what they log.
+
+Every metric row of optimizer step s (train/loss, lr, throughput, and the probes) reaches the
+loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
+checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
+rows of steps below the checkpoint's step and logs the rest again (see models/resume.py).
+Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
+so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import lightning.pytorch as L
+import numpy as np
 import torch
 from torch import nn
 
@@ -93,21 +102,55 @@ OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimi
 }
 
 
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The torch seed of optimizer step ``step`` on ``rank``: decorrelated from the data's
+    per-step generators (which seed with seed * 1_000_003 + step) by SeedSequence's hashing."""
+    return int(np.random.SeedSequence([seed, step, rank, 1]).generate_state(1)[0])
+
+
+def rng_states() -> dict:
+    """Every global generator a step may draw from: python, numpy, torch CPU and CUDA."""
+    states = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
 class TrainTask(L.LightningModule):
     """Shared training loop pieces. Subclasses name their throughput unit and may add metrics.
 
     ``status`` is "completed" unless the loss turns non-finite: then it is "diverged", that step
     has no gradient (the weights stay finite) and the trainer stops cleanly after it. Callbacks
-    that detect divergence by other signs call ``mark_diverged``.
+    that detect divergence by other signs call ``mark_diverged``. Under DDP the logged and
+    checked train loss is the mean over ranks, i.e. the loss of the global batch.
     """
 
     unit = "samples"  # throughput/{unit}_per_s
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, total_steps: int) -> None:
+    def __init__(
+        self, model: nn.Module, optim: OptimConfig, total_steps: int, seed: int = 0
+    ) -> None:
         super().__init__()
         self.model = model
         self.optim = optim
         self.total_steps = total_steps
+        self.seed = seed
+        self.metrics_below = (
+            0  # every metric row of a lower step was logged: saved with checkpoints
+        )
+        self.run_config: dict | None = None  # what produced this run, checked when resuming
         self.status = "completed"
         self.diverged_at_step: int | None = None
         self.last_train_loss: float | None = None
@@ -117,6 +160,8 @@ class TrainTask(L.LightningModule):
         self.units_seen = 0
         self.train_seconds = 0.0
         self._step_start = 0.0
+        self._timed_step = -1
+        self._step_units = 0
         self._val_sums: dict[str, torch.Tensor] = {}
 
     def count_units(self, batch) -> int:
@@ -133,27 +178,51 @@ class TrainTask(L.LightningModule):
             self.diverged_at_step = step
         self.trainer.should_stop = True
 
+    def log_rows(self, metrics: dict[str, float], step: int) -> None:
+        """Straight to the loggers at ``step``, now (Lightning's own logging of step metrics
+        lands after the step's ``on_train_batch_end``, i.e. after a checkpoint taken there)."""
+        if self.trainer.is_global_zero:
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=step)
+
+    def logging_step(self) -> bool:
+        return self.global_step % max(1, self.trainer.log_every_n_steps) == 0
+
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        step = self.global_step
+        if step == self._timed_step:  # a later micro-batch of gradient accumulation
+            return
+        self._timed_step, self._step_units = step, 0
+        torch.manual_seed(step_seed(self.seed, step, self.global_rank))
         self._step_start = time.perf_counter()
 
     def training_step(self, batch, batch_idx: int):
         inputs, targets = batch
         _, loss = self(inputs, targets)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
-        if not torch.isfinite(loss):
+        self._step_units += self.count_units(batch)
+        # The global batch's loss: every rank decides on divergence from the same number.
+        # (a clone: DDP's reduce works in place, and backward still needs this rank's loss)
+        mean_loss = float(self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean"))
+        self.log("train/loss", mean_loss, prog_bar=True, logger=False)
+        if self.logging_step() and self._step_units == self.count_units(batch):
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            self.log_rows({"train/loss": mean_loss, "lr": lr}, self.global_step)
+        if not math.isfinite(mean_loss):
             self.mark_diverged(self.global_step)
             return None  # no backward: the optimizer finds no gradient and leaves the weights
-        self.last_train_loss = float(loss.detach())
+        self.last_train_loss = mean_loss
         return loss
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        # Compute time only: the interval excludes validation, checkpointing and logger flushes.
+    def optimizer_step(self, *args, **kwargs) -> None:
+        step = self.global_step
+        super().optimizer_step(*args, **kwargs)
+        # Forward, backward and update; validation, checkpoints and logger flushes come later.
         seconds = time.perf_counter() - self._step_start
-        units = self.count_units(batch) * self.trainer.world_size
+        units = self._step_units * self.trainer.world_size
         self.units_seen += units
         self.train_seconds += seconds
-        self.log(f"throughput/{self.unit}_per_s", units / max(seconds, 1e-9), on_step=True)
+        if self.logging_step():
+            self.log_rows({f"throughput/{self.unit}_per_s": units / max(seconds, 1e-9)}, step)
 
     @property
     def throughput(self) -> float | None:
@@ -217,7 +286,8 @@ class TrainTask(L.LightningModule):
         ):
             self.best_val_loss = val_loss
 
-    # --- resume: tracked results travel with the checkpoint (the datamodule keeps its step) --
+    # --- resume: tracked results and RNG states travel with the checkpoint ------------------
+    # (the datamodule saves its next step; the callbacks save their own state)
     TRACKED = (
         "status",
         "diverged_at_step",
@@ -225,14 +295,21 @@ class TrainTask(L.LightningModule):
         "last_val_loss",
         "last_val_step",
         "best_val_loss",
+        "units_seen",
+        "train_seconds",
+        "metrics_below",
+        "run_config",
     )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["normlab_task"] = {k: getattr(self, k) for k in self.TRACKED}
+        checkpoint["rng_states"] = rng_states()  # Lightning saves none of them
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         for key, value in checkpoint.get("normlab_task", {}).items():
             setattr(self, key, value)
+        if "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"])
 
     def results(self) -> dict:
         """The task's part of summary.json."""
@@ -258,8 +335,10 @@ class ImageClassificationTask(TrainTask):
     unit = "samples"
     TRACKED = (*TrainTask.TRACKED, "best_val_acc", "last_val_acc")
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, total_steps: int) -> None:
-        super().__init__(model, optim, total_steps)
+    def __init__(
+        self, model: nn.Module, optim: OptimConfig, total_steps: int, seed: int = 0
+    ) -> None:
+        super().__init__(model, optim, total_steps, seed)
         self.best_val_acc: float | None = None
         self.last_val_acc: float | None = None
 

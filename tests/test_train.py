@@ -6,8 +6,6 @@ import csv
 import inspect
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -19,7 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader
 
+import models.gpt
 import train
+from models.gpt import GPT
+from models.init_probe import measure_at_init
+from models.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from models.norms import NORMS
 from models.placement import PLACEMENTS
 from models.run import (
@@ -28,6 +30,7 @@ from models.run import (
     PLACEMENT_KEYS,
     ConfigError,
     build_optim,
+    build_probe_configs,
     from_node,
 )
 from models.tasks import LanguageModelTask, OptimConfig, TrainTask
@@ -40,12 +43,16 @@ TINY = [
     "model.n_embd=32",
     "model.n_head=2",
     "data.batch_size=4",
+    "optim.warmup_steps=2",
     "trainer.max_steps=3",
     "trainer.val_check_interval=2",
     "trainer.log_every_n_steps=1",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
+    "num_threads=1",
 ]
+PROBE_COLUMNS = ("grad_norm/total", "act_norm/layer_0", "update/model", "attn/max_logit")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def options(group: str) -> list[str]:
@@ -78,6 +85,7 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
     from_node(spec.config, without(cfg.model, "name"), "model")
     from_node(spec.data_config, without(cfg.data, "kind", "batch_size"), "data")
     build_optim(cfg)
+    build_probe_configs(cfg)
     trainer_args = set(inspect.signature(L.Trainer.__init__).parameters)
     assert set(cfg.trainer) <= trainer_args, set(cfg.trainer) - trainer_args
 
@@ -200,7 +208,8 @@ def test_run_writes_the_run_dir(model, tmp_path):
     summary = train.run(cfg)
 
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert on_disk == pytest.approx(summary)
+    assert on_disk.pop("run_config") == summary["run_config"]  # what a rerun is checked against
+    assert on_disk == pytest.approx({k: v for k, v in summary.items() if k != "run_config"})
     fields = [
         "status",
         "model",
@@ -234,26 +243,119 @@ def test_run_writes_the_run_dir(model, tmp_path):
     val_steps = [int(r["step"]) for r in rows if r["val/loss"]]
     assert sorted(train_rows) == [0, 1, 2] and val_steps == [2, 3]  # in fit, then final weights
     for step, row in train_rows.items():  # warmup lr: lr * (step + 1) / warmup_steps
-        assert float(row["lr"]) == pytest.approx(cfg.optim.lr * (step + 1) / 50, rel=1e-6)
+        assert float(row["lr"]) == pytest.approx(cfg.optim.lr * min(step + 1, 2) / 2, rel=1e-6)
+    # The stability probes are wired in: every probe kind has a column and a finite value.
+    assert set(PROBE_COLUMNS) <= set(rows[0])
+    for column in PROBE_COLUMNS:
+        values = [float(r[column]) for r in rows if r[column]]
+        assert values and all(math.isfinite(v) for v in values), column
+    assert [int(r["step"]) for r in rows if r["grad_norm/total"]] == [0, 1, 2]  # every step
 
 
-def test_multirun_subprocess_writes_one_summary_per_job(tmp_path):
-    cmd = [
-        sys.executable,
-        "train.py",
-        "-m",
-        "placement=post,pre",
-        *TINY,
+# ---------------------------------------------------------------- stability instruments
+
+
+def test_absurd_learning_rate_ends_as_diverged_with_exit_code_0(tmp_path):
+    over = [*TINY, "logger=csv", "trainer.max_steps=20", "optim.lr=300", "optim.warmup_steps=0"]
+    cfg = compose_cfg([*over, "model.block_size=16", "data.val_batches=1", f"run_dir={tmp_path}"])
+    assert train.main(cfg) is None  # Hydra's entry returns: the process exits with code 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    step = summary["diverged_at_step"]
+    assert summary["status"] == "diverged" and isinstance(step, int) and 0 < step < 19
+    assert summary["steps"] == step + 1  # the diverged step is counted, nothing after it runs
+    assert summary["divergence_reason"]
+    assert not (tmp_path / "last.ckpt").exists()  # no checkpoint that looks like a good model
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert max(int(r["step"]) for r in rows if r["train/loss"]) == step
+
+
+def test_injected_non_finite_loss_stops_at_that_step(tmp_path, monkeypatch):
+    forward, calls = GPT.forward, {"train": 0}
+
+    def nan_at_step_3(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        if self.training and targets is not None:  # training steps only, not probes or val
+            calls["train"] += 1
+            if calls["train"] == 4:  # the 4th training forward is step 3
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(models.gpt.GPT, "forward", nan_at_step_3)
+    over = [*TINY, "logger=csv", "trainer.max_steps=8", "model.block_size=16", "data.val_batches=1"]
+    summary = train.run(compose_cfg([*over, f"run_dir={tmp_path}"]))
+    assert (summary["status"], summary["diverged_at_step"], summary["steps"]) == ("diverged", 3, 4)
+    rows = read_metrics(tmp_path / "metrics.csv")
+    losses = {int(r["step"]): float(r["train/loss"]) for r in rows if r["train/loss"]}
+    assert sorted(losses) == [0, 1, 2, 3] and math.isnan(losses[3])
+    assert summary["final_train_loss"] == pytest.approx(losses[2])  # the last finite loss
+
+
+def test_init_probe_mode_measures_real_batches_without_training(tmp_path):
+    over = [
+        "mode=init_probe",
+        "model.n_embd=32",
+        "model.n_head=2",
         "model.block_size=16",
-        "data.val_batches=1",
-        "logger=csv",
-        f"hydra.sweep.dir={tmp_path}",
+        "init_probe.placements=[post,pre]",
+        "init_probe.depths=[1,3]",
+        "init_probe.seeds=[0]",
+        "init_probe.batches=2",
+        "init_probe.batch_size=2",
+        "num_threads=1",
+        f"run_dir={tmp_path}",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summaries = sorted(tmp_path.glob("*/summary.json"))
-    assert [p.parent.name for p in summaries] == [
-        "0_gpt-post-layernorm-L1-lr0.005-s0",
-        "1_gpt-pre-layernorm-L1-lr0.005-s0",
+    cfg = compose_cfg(over)
+    summary = train.run(cfg)
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == "completed" and on_disk["steps"] == 0
+    assert on_disk["runs"] == probe["runs"] and summary["depth_slopes"] == probe["depth_slopes"]
+    assert [(r["placement"], r["n_layer"]) for r in probe["runs"]] == [
+        ("post", 1),
+        ("post", 3),
+        ("pre", 1),
+        ("pre", 3),
     ]
-    assert all(json.loads(p.read_text())["status"] == "completed" for p in summaries)
+    assert probe["k_batches"] == 2 and probe["batch_shape"] == [2, 16]
+    assert not (tmp_path / "last.ckpt").exists() and not (tmp_path / "metrics.csv").exists()
+    # Independently: the same model at init on the datamodule's first two train batches.
+    from data.text import TextDataConfig, TextDataModule
+
+    dm = TextDataModule(TextDataConfig(), block_size=16, batch_size=4, seed=0)
+    dm.setup()
+    torch.manual_seed(0)
+    model = GPT(models.gpt.GPTConfig(**{**probe["config"], "placement": "pre", "n_layer": 3}))
+    norms = [measure_at_init(model, *dm.train_batch(s, 2))["grad_norm/fc2"][-1] for s in (0, 1)]
+    assert probe["runs"][3]["last_fc2_grad_norm"]["mean"] == pytest.approx(sum(norms) / 2)
+
+
+class FakeWandbRun:
+    def __init__(self) -> None:
+        self.defined: dict[str, dict] = {}
+        self.summary: dict = {}
+
+    def define_metric(self, name: str, **kwargs) -> None:
+        self.defined[name] = kwargs
+
+
+def test_wandb_metrics_share_the_step_axis_and_summarize_the_best():
+    run = FakeWandbRun()
+    define_wandb_metrics(run)
+    for section in ("grad_norm", "act_norm", "update", "attn", "train", "val"):
+        assert section in SECTIONS
+        assert run.defined[f"{section}/*"]["step_metric"] == STEP_AXIS
+    assert run.defined["val/loss"] == {"step_metric": STEP_AXIS, "summary": "min"}
+    assert run.defined["val/acc"]["summary"] == "max"
+    # Metric names fall into exactly these sections: the prefix before the first "/".
+    assert {c.split("/")[0] for c in PROBE_COLUMNS} <= set(SECTIONS)
+
+
+def test_finish_wandb_writes_status_into_the_run_table(monkeypatch):
+    import wandb
+
+    run, finished = FakeWandbRun(), []
+    monkeypatch.setattr(wandb, "run", run)
+    monkeypatch.setattr(wandb, "finish", lambda exit_code=0: finished.append(exit_code))
+    finish_wandb({"status": "diverged", "diverged_at_step": 7, "best_val_loss": 2.5, "lr": 1.0})
+    assert run.summary == {"status": "diverged", "diverged_at_step": 7, "best_val_loss": 2.5}
+    assert finished == [0]
