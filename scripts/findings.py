@@ -13,7 +13,8 @@ Thresholds (losses in nats per token / per image; seed-to-seed std at the CPU si
     DEEP_OK = 0.30 "trains at depth": deepest within this of the same placement's shallowest
                    (short runs of deep stacks lag a little without failing)
     F4_TOL = 0.02  "ends slightly better": Post-LN's mean at most this above Pre-LN's
-    UPDATE_RATIO = 2.0  Post-LN's early model update at least this multiple of DeepNorm's
+    UPDATE_RATIO = 2.0  Post-LN's model update over the first 5% of steps at least this multiple
+                   of DeepNorm's (seeds differ by ~15%; DeepNet reports orders of magnitude)
 F1 thresholds are on log-log slopes: flat |slope| < 0.15 (theory 0), shrinking < -0.3 (theory
 -0.5); residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing).
 """
@@ -30,7 +31,7 @@ from typing import Any
 MIN_SEEDS = 2
 WORSE, CLOSE, FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.10, 0.05, 0.20, 0.30, 0.02, 2.0
 FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 0.15, -0.3, 1.5, 2.0
-EARLY_FRACTION = 0.25  # "early": the first quarter of training
+EARLY_FRACTION = 0.05  # "early": the first 5% of training
 STATUSES = ("PASS", "FAIL", "NO DATA")
 
 
@@ -231,20 +232,21 @@ def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
 
 
 def early_update(row: dict, max_steps: int) -> float:
-    """Mean over seeds of each run's largest update/model in the first EARLY_FRACTION of steps."""
+    """Mean over seeds of each run's mean update/model over the logged steps 0 < s <=
+    EARLY_FRACTION * max_steps (step 0 is the reference itself)."""
     from scripts.compare import Warnings, find_metrics_file, read_metrics
 
-    peaks = []
+    means = []
     for run in row["runs"]:
         series = read_metrics(find_metrics_file(Path(run["run_dir"])), Warnings())
         early = [
             y for s, y in series.get("update/model", []) if 0 < s <= EARLY_FRACTION * max_steps
         ]
         if early:
-            peaks.append(max(early))
-    if len(peaks) < MIN_SEEDS:
-        raise NoData(f"{row['label']}: update/model logged early in {len(peaks)} runs")
-    return statistics.fmean(peaks)
+            means.append(statistics.fmean(early))
+    if len(means) < MIN_SEEDS:
+        raise NoData(f"{row['label']}: update/model logged early in {len(means)} runs")
+    return statistics.fmean(means)
 
 
 def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
@@ -254,7 +256,9 @@ def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
         raise NoData("no depths or max_steps")
     post = early_update(variant(report, placement="post", n_layer=depth), max_steps)
     deep = early_update(variant(report, placement="deepnorm", n_layer=depth), max_steps)
-    v.threshold = f"post / deepnorm >= {UPDATE_RATIO} (max over steps <= {EARLY_FRACTION:.0%})"
+    v.threshold = (
+        f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps)"
+    )
     ratio = post / deep if deep > 0 else math.inf
     return decide(v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio)
 
@@ -298,7 +302,7 @@ class Finding:
     experiment: str  # conf/experiment/<experiment>.yaml; the GPU size is <experiment>_gpu
     title: str
     claims: tuple[Claim, ...]
-    kind: str = "sweep"  # sweep: train.py -m | init_probe: models.init_probe in-process
+    kind: str = "train"  # the mode its runs use: train | init_probe
 
 
 DEPTH_CLAIMS = (

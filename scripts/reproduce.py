@@ -6,8 +6,8 @@
     python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
 
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
-f5 (LayerNorm vs RMSNorm), vit (ViT depth). A sweep runs as ``python train.py -m
-experiment=<name> hydra.sweep.dir=<out>``; f1 runs models.init_probe in this process. Then
+f5 (LayerNorm vs RMSNorm), vit (ViT depth). Each sweep runs as ``python train.py -m
+experiment=<name> hydra.sweep.dir=<out>`` (f1 in train.py's mode=init_probe). Then
 scripts.compare writes <out>/report/ and scripts.findings decides the claims into
 <out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
 verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -145,47 +144,6 @@ def run_sweep(experiment: str, jobs: list[list[str]], out: Path, overrides: list
                 time.sleep(1.0)
 
 
-def run_init_probe(cfg, jobs: list[list[str]], out: Path) -> None:
-    """F1 in this process: models.init_probe over the sweep's placements x depths x seeds."""
-    from models.gpt import GPTConfig
-    from models.init_probe import embedded_batches, init_probe, random_batches, write_probe_json
-    from models.vit import ViTConfig
-
-    values = swept_values(jobs)
-    extra = set(values) - {"placement", "model.n_layer", "seed", "experiment"}
-    extra = {k for k in extra if len(values[k]) > 1}
-    if extra:
-        raise SystemExit(f"error: f1 sweeps placement, model.n_layer and seed only; drop {extra}")
-    placements = values.get("placement", [cfg.placement.name])
-    depths = [int(d) for d in values.get("model.n_layer", [cfg.model.n_layer])]
-    seeds = [int(s) for s in values.get("seed", [cfg.seed])]
-    settings = settings_of(cfg).get("init_probe", {})
-    config_cls = GPTConfig if cfg.model.name == "gpt" else ViTConfig
-    known = {f.name for f in fields(config_cls)}
-    kwargs = {k: v for k, v in cfg.model.items() if k in known}
-    base = config_cls(**kwargs, norm=cfg.norm.name, norm_eps=cfg.norm.get("eps", 1e-5))
-    k, bs = int(settings.get("k_batches", 4)), int(settings.get("batch_size", 8))
-    if settings.get("data", "embedded") == "embedded":
-        base, batches = embedded_batches(base, k, bs, seed=0)
-    else:
-        batches = random_batches(base, k, bs, seed=0)
-    result: dict[str, Any] = {}
-    start = time.perf_counter()
-    with Progress("{task.description}", BarColumn(), MofNCompleteColumn(), console=console) as bar:
-        task = bar.add_task("init probe", total=len(placements))
-        for placement in placements:  # one call per placement, for the progress bar
-            bar.update(task, description=f"init probe: {placement}")
-            part = init_probe(base, batches, [placement], depths, seeds)
-            if result:
-                result["runs"] += part["runs"]
-                result["depth_slopes"].update(part["depth_slopes"])
-            else:
-                result = part
-            bar.advance(task)
-    result.update(placements=placements, wall_s=round(time.perf_counter() - start, 2))
-    write_probe_json(result, out / "probe.json")
-
-
 # --- verdicts ------------------------------------------------------------------------------------
 def fmt(value: Any) -> str:
     if isinstance(value, dict):
@@ -202,16 +160,17 @@ def cell(text: Any) -> str:
 def verdict_markdown(record: dict) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
     if record["kind"] == "init_probe":
-        what = f"models.init_probe over {record['n_runs']} placement x depth x seed models"
+        what = f"{record['n_runs']} init-probe jobs (mode=init_probe, no training)"
     else:
         what = f"{record['n_runs']} runs ({fmt(record['run_status']) or 'none finished'})"
     lines = [
         f"# {record['title']}",
         "",
         f"Command: `{record['command']}`  ",
-        f"Sweep: `experiment={record['experiment']}`, {what}; wall {record['wall_s'] / 60:.1f} min "
-        f"on {record['cpus']} CPUs, load average {record['load_start']:.1f} -> "
-        f"{record['load_end']:.1f}.  ",
+        f"Sweep: `experiment={record['experiment']}`, {what}.  ",
+        f"Time: {record['wall_s'] / 60:.1f} min wall on {record['cpus']} CPUs at load average "
+        f"{record['load_start']:.1f} -> {record['load_end']:.1f}; {record['cpu_s'] / 60:.1f} "
+        "CPU-min in all.  ",
         f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
         "",
         "| claim | statement (source) | measured | threshold | verdict |",
@@ -238,6 +197,14 @@ def show(verdicts: list[Verdict]) -> None:
         measured = fmt(v.measured) or v.note
         table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
     console.print(table)
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and every finished subprocess (the sweep's jobs included)."""
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def finite_load() -> float:
@@ -278,24 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         for claim in finding.claims:
             console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
         return 0
-    load_start, start = finite_load(), time.perf_counter()
-    code = 0
-    if finding.kind == "init_probe":
-        out.mkdir(parents=True, exist_ok=True)
-        run_init_probe(cfg, jobs, out)
-    else:
-        code = run_sweep(experiment, jobs, out, args.overrides)
-        ended = [
-            s for s in run_states(out, len(jobs)).values() if s not in ("running", "unfinished")
-        ]
-        if code != 0 and len(ended) < len(jobs):
-            console.print(
-                f"error: the sweep stopped (exit {code}) before every run ended; "
-                f"see {out / 'sweep.log'}"
-            )
-            return 1
-        if code != 0:
-            console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
+    load_start, start, cpu_start = finite_load(), time.perf_counter(), cpu_seconds()
+    code = run_sweep(experiment, jobs, out, args.overrides)
+    ended = [s for s in run_states(out, len(jobs)).values() if s not in ("running", "unfinished")]
+    if code != 0 and len(ended) < len(jobs):
+        console.print(
+            f"error: the sweep stopped (exit {code}) before every run ended; "
+            f"see {out / 'sweep.log'}"
+        )
+        return 1
+    if code != 0:
+        console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
     from scripts.compare import compare
 
     report = compare(out)
@@ -316,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             s: sum(r["status"] == s for r in runs) for s in sorted({r["status"] for r in runs})
         },
         "wall_s": round(time.perf_counter() - start, 1),
+        "cpu_s": round(cpu_seconds() - cpu_start, 1),
         "cpus": os.cpu_count(),
         "load_start": load_start,
         "load_end": finite_load(),

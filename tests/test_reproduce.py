@@ -3,6 +3,7 @@ and F1 runs end to end."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -147,22 +148,24 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
     def run(name: str, peak: float) -> dict:
         path = tmp_path / name
         path.mkdir()
-        rows = ["step,update/model"] + [f"{s},{peak * min(s, 20) / 20}" for s in range(0, 101, 10)]
+        rows = ["step,update/model"] + [f"{s},{peak * min(s, 20) / 20}" for s in range(101)]
         (path / "metrics.csv").write_text("\n".join(rows) + "\n")
         return {"run_dir": str(path), "status": "completed", "best_val_loss": 2.5}
 
     def variant(placement: str, peak: float) -> dict:
-        runs = [run(f"{placement}{i}", peak) for i in range(2)]
+        runs = [run(f"{placement}-{peak}-{i}", peak) for i in range(2)]
         return {"label": placement, "params": {"placement": placement, "n_layer": 12}, "runs": runs}
 
     report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
-    v = findings.post_update_jumps(report, {"max_steps": 100}, findings.Verdict("x", "", ""))
-    # Early window: steps 1..25 -> the values at 10 and 20; peak 6 vs 2.
+    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
+    # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
     assert v.status == "PASS" and v.measured["ratio"] == pytest.approx(3.0)
-    v = findings.post_update_jumps(report, {"max_steps": 40}, findings.Verdict("x", "", ""))
-    assert v.measured["post"] == pytest.approx(3.0)  # window 1..10: the value at step 10
-    with pytest.raises(findings.NoData):  # window 1..7: nothing logged there
-        findings.post_update_jumps(report, {"max_steps": 30}, findings.Verdict("x", "", ""))
+    assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
+    report["variants"][1] = variant("deepnorm", 4.0)
+    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
+    assert v.status == "FAIL" and v.measured["ratio"] == pytest.approx(1.5)
+    with pytest.raises(findings.NoData):  # window 1..0: nothing logged there
+        findings.post_update_jumps(report, {"max_steps": 10}, findings.Verdict("x", "", ""))
 
 
 def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict:
@@ -198,3 +201,31 @@ def test_f5_tolerance() -> None:
     assert evaluate("f5", report([2.53, 2.55]))[0].status == "PASS"  # 0.03 apart
     v = evaluate("f5", report([2.58, 2.60]))[0]  # 0.08 apart
     assert v.status == "FAIL" and v.measured["pre_diff"] == pytest.approx(0.08)
+
+
+# --- F1 end to end -------------------------------------------------------------------------------
+def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
+    """reproduce.py f1 runs train.py's init-probe sweep, compares, and decides the F1 claims;
+    the same command again finds every run finished and launches nothing."""
+    out = tmp_path / "f1"
+    small = ["init_probe.depths=[6,12,24]", "init_probe.seeds=[0,1]", "init_probe.batches=2"]
+    argv = ["f1", "--out", str(out), "hydra/launcher=basic", *small]  # one process: one import
+    assert reproduce.main(argv) == 0
+    record = json.loads((out / "verdict.json").read_text())
+    claims = {c["id"]: c for c in record["claims"]}
+    assert list(claims) == ["F1a", "F1b", "F1c", "F1d"]
+    assert all(c["status"] in ("PASS", "FAIL") and c["measured"] for c in claims.values())
+    assert record["n_runs"] == 3 and record["sweep_returncode"] == 0
+    # The slopes agree with models.init_probe's own fit over the same seed means.
+    slopes = {}
+    for probe in out.glob("*/probe.json"):
+        slopes.update(json.loads(probe.read_text())["depth_slopes"])
+    assert claims["F1a"]["measured"]["slope"] == pytest.approx(slopes["post"], abs=1e-3)
+    assert claims["F1b"]["measured"]["slope"] == pytest.approx(slopes["pre"], abs=1e-3)
+    # LayerNorm output has RMS 1 after every Post-LN block; Pre-LN's stream grows.
+    assert claims["F1c"]["measured"]["ratio"] == pytest.approx(1.0, abs=0.01)
+    assert claims["F1c"]["status"] == claims["F1d"]["status"] == "PASS"
+    assert "| F1a |" in (out / "verdict.md").read_text()
+    capsys.readouterr()
+    assert reproduce.main(argv) == 0
+    assert "not launching the sweep again" in capsys.readouterr().out
