@@ -79,7 +79,7 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
         if plan.ckpt is not None:
             check_fits(plan.ckpt_path, plan.ckpt, task)
         wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
-        loggers = build_loggers(cfg, run_dir, plan.metrics_below, wandb_id)
+        loggers = build_loggers(cfg, run_dir, plan.metrics_cut, wandb_id)
     except BUILD_ERRORS as err:
         raise ConfigError(str(err)) from err
     summary.update(params=model.num_params(), resumed_from_step=plan.start_step)
@@ -99,7 +99,8 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
         if completed and task.last_val_step != trainer.global_step:
             trainer.validate(task, datamodule=dm, verbose=False)
         if completed and cfg.trainer.get("enable_checkpointing", True):
-            task.metrics_below = trainer.global_step + 1  # the final validation is logged too
+            # Every row is logged, the final validation's too.
+            task.metrics_below, task.val_done_at = trainer.global_step + 1, None
             for logger in trainer.loggers:
                 logger.save()
             trainer.save_checkpoint(run_dir / "last.ckpt", weights_only=False)

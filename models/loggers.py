@@ -84,17 +84,20 @@ def check_wandb_online(mode: str | None) -> None:
 
 
 def build_loggers(
-    cfg: DictConfig, run_dir: Path, keep_below: int = 0, wandb_id: str | None = None
+    cfg: DictConfig,
+    run_dir: Path,
+    cut: tuple[int, int | None] = (0, None),
+    wandb_id: str | None = None,
 ) -> list[Logger]:
-    """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from step
-    ``keep_below`` and the wandb run ``wandb_id``."""
+    """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from its
+    checkpoint's ``cut`` (models/resume.py) and the wandb run ``wandb_id``."""
     node = cfg.get("logger") or {}
     unknown = sorted(set(node) - set(LOGGERS))
     if unknown:
         raise LoggerError(f"unknown logger '{unknown[0]}'; choose from: {', '.join(LOGGERS)}")
     loggers: list[Logger] = []
     if "csv" in node:
-        loggers.append(ResumableCSVLogger(run_dir, keep_below=keep_below, **node.csv))
+        loggers.append(ResumableCSVLogger(run_dir, cut=cut, **node.csv))
     if "wandb" in node:
         w = OmegaConf.to_container(node.wandb, resolve=True)
         check_wandb_online(w.get("mode"))

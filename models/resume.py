@@ -13,10 +13,13 @@ would change the result fails with the differing keys named, instead of mixing t
 
 Metrics: a checkpoint taken at optimizer step G is written after every metric row of steps < G
 (the tasks and probes log a step's rows before its ``on_train_batch_end``, and the loggers are
-flushed just before the write) and before any row of step >= G. So a resumed run keeps exactly
-the metrics.csv rows of steps below the checkpoint's ``metrics_below`` (G; G + 1 for the final
-checkpoint, written after the final validation) and logs the rest again: rows that the killed
-attempt wrote after its checkpoint are superseded, never duplicated, and no step goes missing.
+flushed just before the write) and before any row of step > G. When a validation runs at G, the
+checkpoint waits for it (Lightning's resume skips a validation that was due at the checkpoint's
+step), so its val rows at G are on disk too. A resumed run keeps exactly the metrics.csv rows
+written before its checkpoint, by the rule ``step < metrics_below``, plus the val rows at G when
+``val_done_at`` is G (the final checkpoint, after the final validation, has metrics_below
+G + 1), and logs the rest again: rows that the killed attempt wrote after its checkpoint are
+superseded, never duplicated, and no step goes missing.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class PeriodicCheckpoint(Checkpoint):
         self.best_model_path = ""
         self.best_k_models: dict[str, Any] = {}
         self._saved_step = -1
+        self._after_validation = False
         self._last_save = time.monotonic()
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -120,17 +124,35 @@ class PeriodicCheckpoint(Checkpoint):
         if self.every_s is not None:  # one verdict for all ranks: they all take part in a save
             late = time.monotonic() - self._last_save >= self.every_s
             due = trainer.strategy.reduce_boolean_decision(due or late, all=False)
-        if due:
+        if due and validation_follows(trainer):
+            self._after_validation = True
+        elif due:
             self.save(trainer)
 
-    def save(self, trainer) -> None:
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._after_validation and not trainer.sanity_checking:
+            self._after_validation = False
+            if trainer.state.fn == "fit" and not trainer.should_stop:
+                self.save(trainer, val_done=True)
+
+    def save(self, trainer, val_done: bool = False) -> None:
         step = trainer.global_step
-        trainer.lightning_module.metrics_below = step
+        task = trainer.lightning_module
+        task.metrics_below, task.val_done_at = step, (step if val_done else None)
         for logger in trainer.loggers:  # rows of earlier steps reach the disk before the checkpoint
             logger.save()
         trainer.save_checkpoint(self.path, weights_only=False)
         self.last_model_path, self._saved_step = self.path, step
         self._last_save = time.monotonic()
+
+
+def validation_follows(trainer) -> bool:
+    """Whether the fit loop validates right after this batch (its own rule, read in place)."""
+    loop = trainer.fit_loop
+    try:
+        return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
+    except Exception:  # a Lightning without this rule: save now (a resume skips that validation)
+        return False
 
 
 def default_every_n_steps(max_steps: int) -> int:
@@ -139,15 +161,25 @@ def default_every_n_steps(max_steps: int) -> int:
 
 
 # --- metrics.csv across attempts -----------------------------------------------------------
-def keep_rows_below(path: Path, step: int) -> list[str]:
-    """Rewrite metrics.csv with only its rows of steps < ``step`` (atomically); return its header
-    (empty when nothing is kept and the file is gone)."""
+def written_before(row: dict[str, str], below: int, val_done_at: int | None) -> bool:
+    """Whether a metrics.csv row was on disk before the checkpoint (see the module docstring)."""
+    step = int(float(row["step"]))
+    if step < below:
+        return True
+    logged = [k for k, v in row.items() if v not in ("", None) and k != "step"]
+    return step == val_done_at and all(k.startswith("val/") for k in logged)
+
+
+def keep_rows_below(path: Path, below: int, val_done_at: int | None = None) -> list[str]:
+    """Rewrite metrics.csv (atomically) with only the rows written before the checkpoint;
+    return its header (empty when nothing is kept and the file is gone)."""
     if not path.is_file():
         return []
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         keys = list(reader.fieldnames or [])
-        rows = [r for r in reader if r.get("step", "").strip() and int(float(r["step"])) < step]
+        rows = [r for r in reader if (r.get("step") or "").strip()]
+        rows = [r for r in rows if written_before(r, below, val_done_at)]
     if not rows:
         path.unlink()
         return []
@@ -161,29 +193,31 @@ def keep_rows_below(path: Path, step: int) -> list[str]:
 
 
 class _ContinuingWriter(ExperimentWriter):
-    def __init__(self, log_dir: str, keep_below: int) -> None:
-        self._keep_below = keep_below
+    def __init__(self, log_dir: str, cut: tuple[int, int | None]) -> None:
+        self._cut = cut
         super().__init__(log_dir)
 
     def _check_log_dir_exists(self) -> None:
         # Called by the base class, whose version deletes metrics.csv; keep the earlier rows.
-        self.metrics_keys = keep_rows_below(Path(self.metrics_file_path), self._keep_below)
+        self.metrics_keys = keep_rows_below(Path(self.metrics_file_path), *self._cut)
 
 
 class ResumableCSVLogger(CSVLogger):
-    """metrics.csv straight in ``save_dir``, continuing the rows of steps < ``keep_below`` that a
-    previous attempt wrote (0: a fresh file)."""
+    """metrics.csv straight in ``save_dir``, continuing the rows a previous attempt wrote before
+    its checkpoint: ``cut`` = (metrics_below, val_done_at); (0, None) starts a fresh file."""
 
-    def __init__(self, save_dir: str | Path, keep_below: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self, save_dir: str | Path, cut: tuple[int, int | None] = (0, None), **kwargs: Any
+    ) -> None:
         super().__init__(save_dir, name="", version="", **kwargs)
-        self.keep_below = keep_below
+        self.cut = cut
 
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _ContinuingWriter(self.log_dir, self.keep_below)
+            self._experiment = _ContinuingWriter(self.log_dir, self.cut)
         return self._experiment
 
 
@@ -199,12 +233,12 @@ class ResumePlan:
         return None if self.ckpt is None else int(self.ckpt["global_step"])
 
     @property
-    def metrics_below(self) -> int:
-        """metrics.csv rows of lower steps are kept; the resumed run logs the others again."""
+    def metrics_cut(self) -> tuple[int, int | None]:
+        """(metrics_below, val_done_at): which metrics.csv rows predate the checkpoint."""
         if self.ckpt is None:
-            return 0
+            return 0, None
         task = self.ckpt.get("normlab_task", {})
-        return int(task.get("metrics_below") or self.ckpt["global_step"])
+        return int(task.get("metrics_below") or self.ckpt["global_step"]), task.get("val_done_at")
 
 
 def flat_config(node: dict, prefix: str = "") -> dict[str, Any]:

@@ -147,9 +147,8 @@ class TrainTask(L.LightningModule):
         self.optim = optim
         self.total_steps = total_steps
         self.seed = seed
-        self.metrics_below = (
-            0  # every metric row of a lower step was logged: saved with checkpoints
-        )
+        # Saved with checkpoints: which metric rows were logged before (models/resume.py).
+        self.metrics_below, self.val_done_at = 0, None
         self.run_config: dict | None = None  # what produced this run, checked when resuming
         self.status = "completed"
         self.diverged_at_step: int | None = None
@@ -298,6 +297,7 @@ class TrainTask(L.LightningModule):
         "units_seen",
         "train_seconds",
         "metrics_below",
+        "val_done_at",
         "run_config",
     )
 

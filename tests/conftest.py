@@ -36,6 +36,11 @@ TINY_RUN = [
 
 
 @pytest.fixture
+def tiny_run() -> list[str]:
+    return list(TINY_RUN)
+
+
+@pytest.fixture
 def one_thread() -> Iterator[None]:
     """Tiny models run fastest on one thread, and do not stall when the cores are shared;
     train.run sets the thread count process-wide, so it is restored afterwards."""
