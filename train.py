@@ -125,7 +125,8 @@ def probe_at_init(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dic
     if launched_as_rank_zero():
         write_probe_json(result, run_dir / "probe.json")
     print(format_table(result), flush=True)
-    return {**result, "status": "completed", "steps": 0}
+    # The probed placements, not the config's placement node (it plays no part here).
+    return {**result, "status": "completed", "steps": 0, "placement": ",".join(args[0])}
 
 
 MODES: dict[str, Callable[[DictConfig, Path, ResumePlan, dict], dict]] = {

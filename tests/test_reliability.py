@@ -277,6 +277,13 @@ def test_bad_input_exits_with_one_line_and_no_claim_of_success(
         assert not summary.exists() or json.loads(summary.read_text())["status"] == "failed"
 
 
+def test_debug_flag_shows_the_traceback_instead(tmp_path, tiny_run, compose_cfg):
+    cfg = compose_cfg([*tiny_run, "model.n_head=3", "debug=true", f"run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="not divisible") as err:
+        train.main(cfg)
+    assert isinstance(err.value.__cause__, ValueError)  # the chain back to the model config
+
+
 @pytest.mark.parametrize("group", ["model", "placement", "norm", "data", "logger", "experiment"])
 def test_unknown_group_option_names_the_valid_ones(group):
     with pytest.raises(ChoiceError) as err:
