@@ -284,6 +284,205 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide(v, ok, **measured)
 
 
+# --- F6: attention logit growth and LR sensitivity (Wortsman et al. 2023) ------------------------
+# LR sensitivity, as Wortsman et al. define it: E_lr[min(l(lr), l0) - l*] over the swept learning
+# rates, with l(lr) the final loss, l0 the loss at initialization and l* = min_lr l(lr); a run that
+# diverged (or ends above l0) counts at l0. Here l(lr) is the mean over seeds of each run's
+# min(final val loss, its step-0 train loss). Thresholds:
+#   LOGIT_GROWTH = 10  "grows" / "bounded": the max attention logit rises >= 10x over the swept
+#                      learning rates (a 100x range), or less; at the top lr QK-norm's is >= 10x
+#                      below the unnormed one (the CPU size measures ~400x and ~4x rises)
+#   SENS_GAP = 0.03    "lowers the sensitivity": about one seed std of one arm's sensitivity
+#   TOP_LRS = 2        "at the highest learning rates": the two largest swept values
+LOGIT_GROWTH, SENS_GAP, TOP_LRS = 10.0, 0.03, 2
+WORTSMAN = "Wortsman et al. 2023"
+QK = "model.qk_norm"
+
+
+def run_series(run: dict, metric: str) -> list[tuple[int, float]]:
+    """One metric of one run, read from its metrics.csv."""
+    from scripts.compare import Warnings, find_metrics_file, read_metrics
+
+    return read_metrics(find_metrics_file(Path(run["run_dir"])), Warnings()).get(metric, [])
+
+
+def ended(row: dict) -> list[dict]:
+    return [r for r in row["runs"] if r["status"] in ("completed", "diverged", "failed")]
+
+
+def peak_logit(row: dict) -> float:
+    """Mean over seeds of each run's largest logged attn/max_logit."""
+    peaks = [max(y for _, y in s) for r in ended(row) if (s := run_series(r, "attn/max_logit"))]
+    if len(peaks) < MIN_SEEDS:
+        raise NoData(f"{row['label']}: attn/max_logit logged in {len(peaks)} runs")
+    return statistics.fmean(peaks)
+
+
+def capped_loss(run: dict) -> float | None:
+    """min(final val loss, initial loss); the initial loss for a run that diverged or failed."""
+    start = run_series(run, "train/loss")
+    if not start:
+        return None
+    l0, final = start[0][1], run.get("final_val_loss")
+    if run["status"] == "completed" and isinstance(final, int | float) and math.isfinite(final):
+        return min(float(final), l0)
+    return l0
+
+
+def lr_losses(report: dict, qk: bool) -> dict[float, dict[Any, float]]:
+    """lr -> {seed: capped loss} for one QK-norm arm, every swept lr (at least 3)."""
+    lrs = values(report, "lr")
+    if len(lrs) < 3:
+        raise NoData(f"learning rates {lrs}: need >= 3")
+    out = {}
+    for lr in lrs:
+        row = variant(report, lr=lr, **{QK: qk})
+        out[lr] = {r["seed"]: x for r in ended(row) if (x := capped_loss(r)) is not None}
+        if len(out[lr]) < MIN_SEEDS:
+            raise NoData(f"{row['label']}: {len(out[lr])} runs with a loss, need >= {MIN_SEEDS}")
+    return out
+
+
+def sensitivity(curve: dict[float, float]) -> float:
+    """Mean over learning rates of the loss above the best learning rate's."""
+    best = min(curve.values())
+    return statistics.fmean(x - best for x in curve.values())
+
+
+def lr_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:
+    return {lr: statistics.fmean(by_seed.values()) for lr, by_seed in losses.items()}
+
+
+def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    lrs = values(report, "lr")
+    if len(lrs) < 2:
+        raise NoData(f"learning rates {lrs}: need >= 2")
+    low, top = (peak_logit(variant(report, lr=lr, **{QK: False})) for lr in (lrs[0], lrs[-1]))
+    v.threshold = f"max logit at lr {lrs[-1]:g} / at lr {lrs[0]:g} >= {LOGIT_GROWTH:g}"
+    return decide(v, top >= LOGIT_GROWTH * low, lowest_lr=low, top_lr=top, growth=top / low)
+
+
+def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
+    lrs = values(report, "lr")
+    if len(lrs) < 2:
+        raise NoData(f"learning rates {lrs}: need >= 2")
+    low, top = (peak_logit(variant(report, lr=lr, **{QK: True})) for lr in (lrs[0], lrs[-1]))
+    plain = peak_logit(variant(report, lr=lrs[-1], **{QK: False}))
+    v.threshold = (
+        f"qk growth over the lrs < {LOGIT_GROWTH:g}, no-qk / qk >= {LOGIT_GROWTH:g} at the top lr"
+    )
+    ok = top < LOGIT_GROWTH * low and plain >= LOGIT_GROWTH * top
+    return decide(v, ok, qk_lowest_lr=low, qk_top_lr=top, growth=top / low, no_qk_top_lr=plain)
+
+
+def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
+    plain, qk = lr_curve(lr_losses(report, False)), lr_curve(lr_losses(report, True))
+    top = sorted(plain)[-TOP_LRS:]
+    gap = statistics.fmean(plain[lr] - qk[lr] for lr in top)
+    v.threshold = f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {WORSE}"
+    per_lr = {f"{lr:g}": f"{plain[lr]:.3f} vs {qk[lr]:.3f}" for lr in top}
+    return decide(v, gap >= WORSE, gap=gap, no_qk_vs_qk=per_lr)
+
+
+def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdict:
+    measured: dict[str, Any] = {}
+    sens = {}
+    for qk, arm in ((False, "no_qk"), (True, "qk")):
+        losses = lr_losses(report, qk)
+        curve = lr_curve(losses)
+        sens[arm] = sensitivity(curve)
+        measured[arm] = sens[arm]
+        measured[f"{arm}_loss_per_lr"] = {f"{lr:g}": round(x, 3) for lr, x in curve.items()}
+        seeds = set.intersection(*(set(by_seed) for by_seed in losses.values()))
+        per_seed = [sensitivity({lr: by[s] for lr, by in losses.items()}) for s in sorted(seeds)]
+        if len(per_seed) > 1:
+            measured[f"{arm}_per_seed"] = (
+                f"{statistics.fmean(per_seed):.3f} ± {statistics.stdev(per_seed):.3f}"
+            )
+    v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {SENS_GAP}"
+    gap = sens["no_qk"] - sens["qk"]
+    return decide(v, gap >= SENS_GAP, **measured, gap=gap)
+
+
+# --- F7: batch statistics ------------------------------------------------------------------------
+# Accuracy in [0, 1]: the mean over seeds of each run's best val accuracy (a diverged or failed run
+# scores 0). Best, not final: it favours a noisy variant, so a BatchNorm drop is no luck of the
+# last evaluation. Thresholds (digits' val split holds 360 images: 0.02 = 7 images; the seed std
+# of one variant at the CPU size is ~0.005-0.01):
+#   ACC_GAP = 0.02   BatchNorm's drop from the largest to the smallest batch exceeds LayerNorm's
+#                    and RMSNorm's by at least this
+#   ACC_FLAT = 0.02  "does not depend on the batch": max - min over batch sizes at most this
+ACC_GAP, ACC_FLAT = 0.02, 0.02
+BATCH = "data.batch_size"
+
+
+def mean_acc(row: dict) -> float:
+    accs = [
+        float(r["best_val_acc"])
+        if r["status"] == "completed" and isinstance(r.get("best_val_acc"), int | float)
+        else 0.0
+        for r in ended(row)
+    ]
+    if len(accs) < MIN_SEEDS:
+        raise NoData(f"{row['label']}: {len(accs)} finished runs, need >= {MIN_SEEDS}")
+    return statistics.fmean(accs)
+
+
+def acc_by_batch(report: dict, norm: str) -> dict[int, float]:
+    batches = values(report, BATCH)
+    if len(batches) < 2:
+        raise NoData(f"batch sizes {batches}: need >= 2")
+    return {b: mean_acc(variant(report, norm=norm, **{BATCH: b})) for b in batches}
+
+
+def f7_batchnorm_degrades(report: dict, settings: dict, v: Verdict) -> Verdict:
+    drops, measured = {}, {}
+    for norm in ("batchnorm", "layernorm", "rmsnorm"):
+        acc = acc_by_batch(report, norm)
+        small, large = min(acc), max(acc)
+        drops[norm] = acc[large] - acc[small]
+        measured[norm] = f"b{large} {acc[large]:.3f} -> b{small} {acc[small]:.3f}"
+    worst_other = max(drops["layernorm"], drops["rmsnorm"])
+    gap = drops["batchnorm"] - worst_other
+    v.threshold = f"batchnorm drop - max(layernorm, rmsnorm drop) >= {ACC_GAP}"
+    return decide(v, gap >= ACC_GAP, **measured, batchnorm_drop=drops["batchnorm"], gap=gap)
+
+
+def f7_token_norms_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    measured, ok = {}, True
+    for norm in ("layernorm", "rmsnorm"):
+        acc = acc_by_batch(report, norm)
+        spread = max(acc.values()) - min(acc.values())
+        measured[norm] = {f"b{b}": round(a, 4) for b, a in acc.items()}
+        measured[f"{norm}_spread"] = spread
+        ok = ok and spread <= ACC_FLAT
+    v.threshold = f"max - min over batch sizes <= {ACC_FLAT}, for each"
+    return decide(v, ok, **measured)
+
+
+# --- Placements at depth -------------------------------------------------------------------------
+def trains_deep(placement: str) -> Check:
+    """Claim check: ``placement`` trains at the deepest depth (F3's DEEP_OK rule)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depths = values(report, "n_layer")
+        if len(depths) < 2:
+            raise NoData(f"depths {depths}: need >= 2")
+        shallow = depth_means(report, placement, depths[0])
+        deep = depth_means(report, placement, depths[-1])
+        v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}"
+        return decide(
+            v,
+            deep - shallow <= DEEP_OK,
+            depths=[depths[0], depths[-1]],
+            shallowest=shallow,
+            deepest=deep,
+            gap=deep - shallow,
+        )
+
+    return check
+
+
 # --- registry ------------------------------------------------------------------------------------
 Check = Callable[[dict, dict, Verdict], Verdict]
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
@@ -303,6 +502,7 @@ class Finding:
     title: str
     claims: tuple[Claim, ...]
     kind: str = "train"  # the mode its runs use: train | init_probe
+    plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
 
 
 DEPTH_CLAIMS = (
@@ -335,6 +535,7 @@ FINDINGS: dict[str, Finding] = {
             Claim("F1d", "Pre-LN residual norm grows across layers", XIONG, f1_pre_residual_grows),
         ),
         kind="init_probe",
+        plots=("grad_norm_init.png", "act_norm_init.png"),
     ),
     "f2": Finding(
         "f2_warmup",
@@ -361,6 +562,7 @@ FINDINGS: dict[str, Finding] = {
                 shallow_post_matches,
             ),
         ),
+        plots=("best_val_vs_depth.png", "model_update.png", "loss_curves.png"),
     ),
     "f5": Finding(
         "f5_norms",
@@ -379,6 +581,62 @@ FINDINGS: dict[str, Finding] = {
         "ViT on digits: depth stability without warmup at a high learning rate",
         tuple(
             Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
+        ),
+        plots=("best_val_vs_depth.png", "model_update.png", "loss_curves.png"),
+    ),
+    "f6": Finding(
+        "f6_lr_sensitivity",
+        "F6: attention logits at high learning rates, QK-norm and LR sensitivity",
+        (
+            Claim(
+                "F6a",
+                "Without QK-norm the max attention logit grows with the learning rate",
+                WORTSMAN,
+                f6_logit_grows,
+            ),
+            Claim(
+                "F6b", "With QK-norm the max attention logit stays bounded", WORTSMAN, f6_qk_bounded
+            ),
+            Claim(
+                "F6c",
+                "At the highest learning rates QK-norm ends with a lower loss",
+                WORTSMAN,
+                f6_qk_ends_better,
+            ),
+            Claim("F6d", "QK-norm lowers the LR sensitivity", WORTSMAN, f6_qk_lowers_sensitivity),
+        ),
+    ),
+    "f7": Finding(
+        "f7_batch_stats",
+        "F7: BatchNorm depends on the batch size; LayerNorm and RMSNorm do not",
+        (
+            Claim(
+                "F7a",
+                "BatchNorm's accuracy drops at a small batch more than LayerNorm's and RMSNorm's",
+                "Ioffe & Szegedy 2015; Wu & He 2018",
+                f7_batchnorm_degrades,
+            ),
+            Claim(
+                "F7b",
+                "LayerNorm's and RMSNorm's accuracy do not depend on the batch size",
+                "Ba et al. 2016; Zhang & Sennrich 2019",
+                f7_token_norms_flat,
+            ),
+        ),
+    ),
+    "placements": Finding(
+        "placements_depth",
+        "Placements at depth without warmup: which train deep",
+        (
+            Claim("P1", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
+            Claim("P2", "Pre-LN trains at the deepest depth", XIONG, trains_deep("pre")),
+            Claim("P3", "DeepNorm trains at the deepest depth", WANG, trains_deep("deepnorm")),
+            Claim(
+                "P4",
+                "Sandwich-LN trains at the deepest depth",
+                "Ding et al. 2021; Kim et al. 2025",
+                trains_deep("sandwich"),
+            ),
         ),
     ),
 }

@@ -6,7 +6,9 @@
     python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
 
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
-f5 (LayerNorm vs RMSNorm), vit (ViT depth). Each sweep runs as ``python train.py -m
+f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
+f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
+depth). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 in train.py's mode=init_probe). Then
 scripts.compare writes <out>/report/ and scripts.findings decides the claims into
 <out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
