@@ -4,6 +4,7 @@
     python scripts/reproduce.py f3 --size gpu       # the GPU size (experiment f3_depth_gpu)
     python scripts/reproduce.py f2 --dry-run        # show the sweep and the claims, run nothing
     python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
+    python scripts/reproduce.py f3 --publish docs/findings/f3   # also copy verdict, report, plots
 
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
@@ -22,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +42,7 @@ from scripts.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # n
 
 SIZES = ("cpu", "gpu")
 FINISHED = ("completed", "diverged")
+TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
 console = Console(soft_wrap=True)  # log files keep one line per message
 
 
@@ -112,14 +115,16 @@ def run_states(out: Path, n_jobs: int) -> dict[int, str]:
     return states
 
 
+def all_finished(out: Path, n_jobs: int) -> bool:
+    states = run_states(out, n_jobs)
+    return n_jobs > 0 and all(states.get(k) in FINISHED for k in range(n_jobs))
+
+
 def run_sweep(experiment: str, jobs: list[list[str]], out: Path, overrides: list[str]) -> int:
     """``train.py -m`` in a subprocess with a progress bar over the jobs; its return code."""
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={experiment}"]
     cmd += [f"hydra.sweep.dir={out}", *overrides]
     states = run_states(out, len(jobs))
-    if len(jobs) and all(states.get(k) in FINISHED for k in range(len(jobs))):
-        console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
-        return 0
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -192,6 +197,23 @@ def write_verdicts(out: Path, record: dict) -> None:
     (out / "verdict.md").write_text(verdict_markdown(record))
 
 
+def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...]) -> None:
+    """verdict.md, report/report.md and the key plots into ``dest`` (e.g. docs/findings/f3),
+    the sweep dir written as multirun/reproduce/<experiment> and other plots left out."""
+    (dest / "report").mkdir(parents=True, exist_ok=True)
+    shown = [name for name in plots if (out / "report" / name).is_file()]
+    for name in shown:
+        shutil.copyfile(out / "report" / name, dest / "report" / name)
+    lines = (out / "report" / "report.md").read_text().splitlines()
+    keep = [x for x in lines if not x.startswith("![") or any(f"({n})" in x for n in shown)]
+    keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
+    canonical = f"multirun/reproduce/{experiment}"
+    (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
+    verdict = (out / "verdict.md").read_text().replace(str(out), canonical)
+    (dest / "verdict.md").write_text(verdict)
+    console.print(f"published to {dest}: verdict.md, report/report.md, {', '.join(shown)}")
+
+
 def show(verdicts: list[Verdict]) -> None:
     table = Table("claim", "statement", "measured", "threshold", "verdict")
     colors = {"PASS": "green", "FAIL": "red", "NO DATA": "yellow"}
@@ -225,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--dry-run", action="store_true", help="show the sweep and the claims; run nothing"
     )
+    p.add_argument(
+        "--publish", type=Path, default=None, help="copy verdict, report and key plots here"
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
     args = p.parse_intermixed_args(argv)
     name = ALIASES.get(args.finding, args.finding)
@@ -248,7 +273,14 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
         return 0
     load_start, start, cpu_start = finite_load(), time.perf_counter(), cpu_seconds()
-    code = run_sweep(experiment, jobs, out, args.overrides)
+    timing = None  # the sweep's own time, kept when a finished sweep is only re-evaluated
+    if all_finished(out, len(jobs)):
+        console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
+        previous = out / "verdict.json"
+        timing = json.loads(previous.read_text()) if previous.is_file() else None
+        code = 0
+    else:
+        code = run_sweep(experiment, jobs, out, args.overrides)
     ended = [s for s in run_states(out, len(jobs)).values() if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):
         console.print(
@@ -282,11 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_start": load_start,
         "load_end": finite_load(),
+        **{k: timing[k] for k in TIMING if timing and k in timing},
         "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
         "claims": [v.to_dict() for v in verdicts],
     }
     write_verdicts(out, record)
     show(verdicts)
+    if args.publish:
+        publish(out, args.publish, experiment, finding.plots)
     console.print(f"verdicts: {out / 'verdict.md'}; report: {out / 'report' / 'report.md'}")
     return 0
 

@@ -206,7 +206,7 @@ def test_f5_tolerance() -> None:
 # --- F1 end to end -------------------------------------------------------------------------------
 def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     """reproduce.py f1 runs train.py's init-probe sweep, compares, and decides the F1 claims;
-    the same command again finds every run finished and launches nothing."""
+    the same command again finds every run finished, launches nothing and publishes."""
     out = tmp_path / "f1"
     small = ["init_probe.depths=[6,12,24]", "init_probe.seeds=[0,1]", "init_probe.batches=2"]
     argv = ["f1", "--out", str(out), "hydra/launcher=basic", *small]  # one process: one import
@@ -227,5 +227,16 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert claims["F1c"]["status"] == claims["F1d"]["status"] == "PASS"
     assert "| F1a |" in (out / "verdict.md").read_text()
     capsys.readouterr()
-    assert reproduce.main(argv) == 0
+    docs = tmp_path / "docs"
+    assert reproduce.main([*argv, "--publish", str(docs)]) == 0
     assert "not launching the sweep again" in capsys.readouterr().out
+    again = json.loads((out / "verdict.json").read_text())
+    assert again["wall_s"] == record["wall_s"]  # the sweep's own time, not the re-evaluation's
+    published = sorted(str(p.relative_to(docs)) for p in docs.rglob("*") if p.is_file())
+    assert published == [
+        "report/act_norm_init.png",
+        "report/grad_norm_init.png",
+        "report/report.md",
+        "verdict.md",
+    ]
+    assert str(out) not in (docs / "report" / "report.md").read_text()
