@@ -562,7 +562,7 @@ FINDINGS: dict[str, Finding] = {
                 shallow_post_matches,
             ),
         ),
-        plots=("best_val_vs_depth.png", "model_update.png", "loss_curves.png"),
+        plots=("best_val_vs_depth.png", "model_update.png"),
     ),
     "f5": Finding(
         "f5_norms",
@@ -582,7 +582,7 @@ FINDINGS: dict[str, Finding] = {
         tuple(
             Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
         ),
-        plots=("best_val_vs_depth.png", "model_update.png", "loss_curves.png"),
+        plots=("best_val_vs_depth.png", "model_update.png"),
     ),
     "f6": Finding(
         "f6_lr_sensitivity",
