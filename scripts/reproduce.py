@@ -98,54 +98,62 @@ def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
 
 
 # --- runs on disk --------------------------------------------------------------------------------
-def run_states(out: Path, n_jobs: int) -> dict[int, str]:
-    """Job index -> "running" (dir, no summary yet) or the summary's status."""
-    states = {}
+def run_states(out: Path, n_jobs: int) -> dict[int, tuple[str, float | None]]:
+    """Job index -> (status, summary.json's mtime); "running" while its dir has no summary."""
+    states: dict[int, tuple[str, float | None]] = {}
     for path in out.glob("[0-9]*_*"):
         num = path.name.split("_", 1)[0]
         if not (path.is_dir() and num.isdigit() and int(num) < n_jobs):
             continue
         summary = path / "summary.json"
         try:
-            states[int(num)] = json.loads(summary.read_text()).get("status") or "unfinished"
+            mtime = summary.stat().st_mtime
+            status = json.loads(summary.read_text()).get("status") or "unfinished"
         except FileNotFoundError:
-            states[int(num)] = "running"
-        except (OSError, ValueError):
-            states[int(num)] = "unfinished"
+            mtime, status = None, "running"
+        except (OSError, ValueError):  # being written: look again next time
+            mtime, status = None, "unfinished"
+        states[int(num)] = (status, mtime)
     return states
 
 
 def all_finished(out: Path, n_jobs: int) -> bool:
     states = run_states(out, n_jobs)
-    return n_jobs > 0 and all(states.get(k) in FINISHED for k in range(n_jobs))
+    return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
 
 
 def run_sweep(experiment: str, jobs: list[list[str]], out: Path, overrides: list[str]) -> int:
-    """``train.py -m`` in a subprocess with a progress bar over the jobs; its return code."""
+    """``train.py -m`` in a subprocess with a progress bar over the jobs; its return code.
+
+    A run counts as done once it completed or diverged, or once its summary.json is rewritten:
+    a failed or killed run from an earlier attempt runs again."""
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={experiment}"]
     cmd += [f"hydra.sweep.dir={out}", *overrides]
-    states = run_states(out, len(jobs))
+    before = run_states(out, len(jobs))
+    done = {k for k, (status, _) in before.items() if status in FINISHED}
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
+    if done:
+        console.print(f"  {len(done)} of {len(jobs)} runs finished earlier; train.py skips them")
+    varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(out / "sweep.log", "a") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress("{task.description}", *columns, console=console) as bar:
             task = bar.add_task("runs", total=len(jobs))
-            seen = {k for k, s in states.items() if s not in ("running", "unfinished")}
-            varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
             while True:
                 code = proc.poll()
                 states = run_states(out, len(jobs))
-                for k in sorted(k for k, s in states.items() if s not in ("running", "unfinished")):
-                    if k not in seen:
-                        seen.add(k)
+                for k, (status, mtime) in sorted(states.items()):
+                    fresh = mtime is not None and mtime != before.get(k, ("", None))[1]
+                    if k not in done and status not in ("running", "unfinished") and fresh:
+                        done.add(k)
                         what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
-                        console.print(f"  run {k}: {what} -> {states[k]}", markup=False)
-                running = [str(k) for k, s in states.items() if s == "running"]
+                        console.print(f"  run {k}: {what} -> {status}", markup=False)
+                running = [str(k) for k, (status, _) in states.items() if status == "running"]
                 label = f"runs (running: {', '.join(running)})" if running else "runs"
-                bar.update(task, completed=len(seen), description=label)
+                bar.update(task, completed=len(done), description=label)
                 if code is not None:
                     return code
                 time.sleep(1.0)
@@ -281,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
     else:
         code = run_sweep(experiment, jobs, out, args.overrides)
-    ended = [s for s in run_states(out, len(jobs)).values() if s not in ("running", "unfinished")]
+    states = run_states(out, len(jobs)).values()
+    ended = [s for s, _ in states if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):
         console.print(
             f"error: the sweep stopped (exit {code}) before every run ended; "
