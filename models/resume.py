@@ -57,6 +57,7 @@ OPERATIONAL = (
     "logger",
     "checkpoint",
     "probes",
+    "reproduce",  # experiments' verdict settings: judged after the runs, not part of them
     "trainer.accelerator",
     "trainer.strategy",
     "trainer.precision",
