@@ -408,7 +408,7 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
 # Accuracy in [0, 1]: the mean over seeds of each run's best val accuracy (a diverged or failed run
 # scores 0). Best, not final: it favours a noisy variant, so a BatchNorm drop is no luck of the
 # last evaluation. Thresholds (digits' val split holds 360 images: 0.02 = 7 images; the seed std
-# of one variant at the CPU size is ~0.005-0.01):
+# of one variant at the CPU size is 0.002-0.014):
 #   ACC_GAP = 0.02   BatchNorm's drop from the largest to the smallest batch exceeds LayerNorm's
 #                    and RMSNorm's by at least this
 #   ACC_FLAT = 0.02  "does not depend on the batch": max - min over batch sizes at most this
@@ -638,6 +638,7 @@ FINDINGS: dict[str, Finding] = {
                 trains_deep("sandwich"),
             ),
         ),
+        plots=("best_val_vs_depth.png",),
     ),
 }
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
