@@ -253,7 +253,24 @@ def load_text(cfg: TextDataConfig) -> str:
 # ---------------------------------------------------------------- datamodule
 
 
-class TextDataModule(L.LightningDataModule):
+class StepDataModule(L.LightningDataModule):
+    """A datamodule whose train batch for step s depends only on (seed, s): its checkpointed state
+    is the next step to draw, so a resumed run continues the same batch sequence."""
+
+    start_step: int = 0
+
+    def state_dict(self) -> dict:
+        """The next train step to draw; a run restored from it continues the same batch sequence."""
+        trainer = self.trainer
+        if trainer is None:
+            return {"start_step": self.start_step}
+        return {"start_step": trainer.global_step * trainer.accumulate_grad_batches}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.start_step = int(state_dict["start_step"])
+
+
+class TextDataModule(StepDataModule):
     """Next-character prediction windows over one in-memory token tensor."""
 
     def __init__(self, cfg: TextDataConfig, block_size: int, batch_size: int, seed: int):
@@ -336,13 +353,3 @@ class TextDataModule(L.LightningDataModule):
         x, y = self.windows(self.val_tokens, offsets)
         batches = list(zip(x.split(self.batch_size), y.split(self.batch_size), strict=True))
         return DataLoader(batches, batch_size=None)
-
-    def state_dict(self) -> dict:
-        """The next train step to draw; a run restored from it continues the same batch sequence."""
-        trainer = self.trainer
-        if trainer is None:
-            return {"start_step": self.start_step}
-        return {"start_step": trainer.global_step * trainer.accumulate_grad_batches}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.start_step = int(state_dict["start_step"])

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import lightning.pytorch as L
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from data.text import StepBatches, load_hub_dataset, step_generator
+from data.text import StepBatches, StepDataModule, load_hub_dataset, step_generator
 
 SOURCES = ("digits", "hf_image")
 SPLIT_SEED = 0  # the digits train/val split is a property of the data, not of the run
@@ -82,7 +81,7 @@ def _hub_split(cfg: ImageDataConfig, split: str) -> tuple[torch.Tensor, torch.Te
     return images, labels, ds.features[cfg.label_column]
 
 
-class ImageDataModule(L.LightningDataModule):
+class ImageDataModule(StepDataModule):
     """Train batches drawn per step from an in-memory image tensor; val in fixed order."""
 
     def __init__(self, cfg: ImageDataConfig, batch_size: int, seed: int):
@@ -172,13 +171,3 @@ class ImageDataModule(L.LightningDataModule):
             )
         )
         return DataLoader(batches, batch_size=None)
-
-    def state_dict(self) -> dict:
-        """The next train step to draw; a run restored from it continues the same batch sequence."""
-        trainer = self.trainer
-        if trainer is None:
-            return {"start_step": self.start_step}
-        return {"start_step": trainer.global_step * trainer.accumulate_grad_batches}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.start_step = int(state_dict["start_step"])
