@@ -57,6 +57,7 @@ from models.run import (
     build_probe_configs,
     build_trainer,
     check_run_length,
+    compile_mode,
     model_config,
     model_spec,
     result_line,
@@ -71,6 +72,7 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
     """Fit (or continue fitting) as configured; returns the task's part of the summary."""
     try:  # a bad name or value fails here, before any training
         check_run_length(cfg)
+        mode = compile_mode(cfg.compile)
         spec = model_spec(cfg)
         probes, divergence = build_probe_configs(cfg)
         dm = build_data(cfg, spec)
@@ -87,8 +89,8 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
     task.run_config = summary["run_config"]
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / "vocab.json")
-    if cfg.compile:
-        model.compile(mode=cfg.compile)
+    if mode:
+        model.compile(mode=mode)
     trainer = build_trainer(
         cfg, run_dir, loggers, build_callbacks(cfg, run_dir, probes, divergence)
     )

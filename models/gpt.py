@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.init import apply_weight_norm, check_init, init_weights
-from models.layers import Block
+from models.layers import build_blocks, get_activation
 from models.norms import build_norm, check_causal_norm
-from models.placement import get_placement, layer_placements, resolve_scales
+from models.placement import get_placement, resolve_scales
 
 
 @dataclass
@@ -36,6 +36,7 @@ class GPTConfig:
     norm_groups: int = 8  # norm=groupnorm: groups over n_embd, must divide it
     qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
+    activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
@@ -56,6 +57,7 @@ class GPTConfig:
         check_causal_norm(self.norm)
         build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
         check_init(self.init)
+        get_activation(self.activation)
 
     @property
     def norm_opts(self) -> dict[str, float]:
@@ -78,23 +80,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(
-                cfg.n_embd,
-                cfg.n_head,
-                layer_placement,
-                norm=cfg.norm,
-                norm_eps=cfg.norm_eps,
-                alpha=self.alpha,
-                causal=True,
-                dropout=cfg.dropout,
-                bias=cfg.bias,
-                mlp_ratio=cfg.mlp_ratio,
-                norm_opts=cfg.norm_opts,
-                qk_norm=cfg.qk_norm,
-            )
-            for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
-        )
+        self.blocks = build_blocks(cfg, placement, self.alpha, causal=True)
         self.final_norm = (
             build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, **cfg.norm_opts)
             if placement.final_norm

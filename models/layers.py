@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models.norms import build_norm, get_norm
-from models.placement import Placement
+from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
+
+# The MLP's elementwise activation, by name (config key model.activation).
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,  # exact, erf-based (Hendrycks & Gimpel 2016)
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's tanh approximation, fused
+    "relu": F.relu,  # the original Transformer's (Vaswani et al. 2017)
+}
+
+
+def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if name not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation '{name}'; choose model.activation from: {', '.join(ACTIVATIONS)}"
+        )
+    return ACTIVATIONS[name]
 
 
 class Attention(nn.Module):
@@ -53,16 +70,29 @@ class Attention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
 
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head queries, keys and values exactly as they enter the dot product.
+
+        One matmul with the three weights stacked: under autocast x is cast once, not three
+        times. The three Linears stay separate modules for init, probes and weight norm.
+        """
+        C = x.shape[-1]
+        p = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([m.weight for m in p])  # (3C, C)
+        bias = torch.cat([m.bias for m in p]) if self.q_proj.bias is not None else None
+        q, k, v = F.linear(x, weight, bias).split(C, dim=-1)  # (B, T, C) each
+        q = self.q_norm(self.split_heads(q))  # (B, nh, T, hs)
+        k = self.k_norm(self.split_heads(k))
+        return q, k, self.split_heads(v)
+
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-head queries and keys exactly as they enter the dot product (probes read these)."""
-        q = self.q_norm(self.split_heads(self.q_proj(x)))  # (B, nh, T, hs)
-        k = self.k_norm(self.split_heads(self.k_proj(x)))  # (B, nh, T, hs)
+        """Per-head queries and keys as they enter the dot product (probes read these)."""
+        q, k, _ = self.qkv(x)
         return q, k
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k = self.qk(x)  # (B, nh, T, hs) each
-        v = self.split_heads(self.v_proj(x))  # (B, nh, T, hs)
+        q, k, v = self.qkv(x)  # (B, nh, T, hs) each
         y = F.scaled_dot_product_attention(
             q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
         )  # (B, nh, T, hs)
@@ -71,18 +101,28 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """fc1 -> GELU -> fc2, hidden width mlp_ratio * n_embd."""
+    """fc1 -> activation (ACTIVATIONS) -> fc2, hidden width mlp_ratio * n_embd."""
 
     def __init__(
-        self, n_embd: int, mlp_ratio: int = 4, dropout: float = 0.0, bias: bool = True
+        self,
+        n_embd: int,
+        mlp_ratio: int = 4,
+        dropout: float = 0.0,
+        bias: bool = True,
+        activation: str = "gelu",
     ) -> None:
         super().__init__()
+        self.activation = activation
+        self.act = get_activation(activation)
         self.fc1 = nn.Linear(n_embd, mlp_ratio * n_embd, bias=bias)
         self.fc2 = nn.Linear(mlp_ratio * n_embd, n_embd, bias=bias)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(F.gelu(self.fc1(x))))
+        return self.drop(self.fc2(self.act(self.fc1(x))))
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
 
 
 class Gate(nn.Module):
@@ -155,6 +195,7 @@ class Block(nn.Module):
         mlp_ratio: int = 4,
         norm_opts: Mapping[str, float] | None = None,
         qk_norm: bool = False,
+        activation: str = "gelu",
     ) -> None:
         super().__init__()
         if placement.layers is not None:
@@ -182,7 +223,9 @@ class Block(nn.Module):
             bias=bias,
             qk_norm=make_qk_norm if qk_norm else None,
         )
-        self.mlp = MLP(n_embd, mlp_ratio=mlp_ratio, dropout=dropout, bias=bias)
+        self.mlp = MLP(
+            n_embd, mlp_ratio=mlp_ratio, dropout=dropout, bias=bias, activation=activation
+        )
         self.attn_drop = nn.Dropout(dropout)
         self.attn_pre, self.attn_branch_out, self.attn_post = (
             SLOTS[kind](make_norm, n_embd) for kind in placement.slots
@@ -202,3 +245,25 @@ class Block(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.placement_name}, alpha={self.alpha:.4g}, input_skip={self.input_skip:g}"
+
+
+def build_blocks(cfg: Any, placement: Placement, alpha: float, causal: bool) -> nn.ModuleList:
+    """The n_layer Blocks of a GPTConfig or ViTConfig (both carry the fields read here)."""
+    return nn.ModuleList(
+        Block(
+            cfg.n_embd,
+            cfg.n_head,
+            layer_placement,
+            norm=cfg.norm,
+            norm_eps=cfg.norm_eps,
+            alpha=alpha,
+            causal=causal,
+            dropout=cfg.dropout,
+            bias=cfg.bias,
+            mlp_ratio=cfg.mlp_ratio,
+            norm_opts=cfg.norm_opts,
+            qk_norm=cfg.qk_norm,
+            activation=cfg.activation,
+        )
+        for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
+    )

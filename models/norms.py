@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.kernels import load_rms_norm_kernel, rms_norm
+
 
 class LayerNorm(nn.Module):
     """y = (x - mean) / sqrt(var + eps) * gamma + beta, biased variance, via the fused kernel."""
@@ -33,15 +35,19 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * gamma (Zhang & Sennrich 2019): no centring, no bias."""
+    """y = x / sqrt(mean(x^2) + eps) * gamma (Zhang & Sennrich 2019): no centring, no bias.
+
+    float32 CPU tensors go through normlab's fused kernel (models/kernels.py), others F.rms_norm.
+    """
 
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        load_rms_norm_kernel()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

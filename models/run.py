@@ -217,6 +217,23 @@ def build_trainer(
         raise ConfigError(f"trainer: {err}; keys under trainer are lightning.Trainer args") from err
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(value: object) -> str | None:
+    """The torch.compile mode `compile` asks for: null/false is eager, true is "default"."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "default"
+    if value not in COMPILE_MODES:
+        raise ValueError(
+            f"compile={value!r} is not a torch.compile mode; use true, false or one of: "
+            + ", ".join(COMPILE_MODES)
+        )
+    return str(value)
+
+
 def set_threads(num_threads: int | None) -> int:
     """All cores this process may use unless configured (torch defaults to physical cores)."""
     n = num_threads

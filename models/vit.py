@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.init import apply_weight_norm, check_init, init_weights
-from models.layers import Block
+from models.layers import build_blocks, get_activation
 from models.norms import build_norm
-from models.placement import get_placement, layer_placements, resolve_scales
+from models.placement import get_placement, resolve_scales
 
 POOLS = ("cls", "mean")
 
@@ -40,6 +40,7 @@ class ViTConfig:
     norm_groups: int = 8  # norm=groupnorm: groups over n_embd, must divide it
     qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
+    activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
 
     def __post_init__(self) -> None:
         for name in (
@@ -75,6 +76,7 @@ class ViTConfig:
             raise ValueError(f"model.mix_fraction must be in [0, 1], got {self.mix_fraction}")
         build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
         check_init(self.init)
+        get_activation(self.activation)
 
     @property
     def norm_opts(self) -> dict[str, float]:
@@ -104,23 +106,7 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.n_embd)) if cfg.pool == "cls" else None
         self.pos_emb = nn.Parameter(torch.zeros(1, n_tokens, cfg.n_embd))
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(
-                cfg.n_embd,
-                cfg.n_head,
-                layer_placement,
-                norm=cfg.norm,
-                norm_eps=cfg.norm_eps,
-                alpha=self.alpha,
-                causal=False,
-                dropout=cfg.dropout,
-                bias=cfg.bias,
-                mlp_ratio=cfg.mlp_ratio,
-                norm_opts=cfg.norm_opts,
-                qk_norm=cfg.qk_norm,
-            )
-            for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
-        )
+        self.blocks = build_blocks(cfg, placement, self.alpha, causal=False)
         self.final_norm = (
             build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, **cfg.norm_opts)
             if placement.final_norm

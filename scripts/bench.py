@@ -57,6 +57,8 @@ class BenchConfig:
     reps: int = 7  # timed rounds; in each, every contender runs `iters` calls
     iters: int = 1
     clock: str = "wall"  # wall | cpu (this process's CPU time: immune to other jobs)
+    precision: str = "32"  # 32 | bf16 (autocast; the default on CUDA)
+    compile: bool = False  # torch.compile the forward and loss of the compared models (CUDA)
 
     @property
     def size(self) -> str:
@@ -161,9 +163,7 @@ def speed_results(
 
 
 def autocast(bc: BenchConfig):
-    if bc.device == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast(bc.device, dtype=torch.bfloat16, enabled=bc.precision == "bf16")
 
 
 def train_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor], bc: BenchConfig):
@@ -184,7 +184,7 @@ def train_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor], bc: BenchC
 
 
 def maybe_compile(fn: Callable, bc: BenchConfig) -> Callable:
-    return torch.compile(fn) if bc.device == "cuda" else fn
+    return torch.compile(fn) if bc.compile else fn
 
 
 def nbytes(model: nn.Module) -> int:
@@ -198,7 +198,15 @@ def check_same(ours: dict, ref: dict, what: str) -> None:
 
 
 # ---------------------------------------------------------------- GPT vs Hugging Face GPT-2
-def normlab_gpt(s: LMSize, placement: str = "pre", norm: str = "layernorm") -> GPT:
+# One MLP activation on both sides, as (normlab model.activation, GPT2Config activation_function):
+# GPT-2's own tanh GELU ("gelu_new", GPT2Config's default) and the exact GELU.
+GPT_PAIRS = {"": ("gelu_tanh", "gelu_new"), " (exact gelu)": ("gelu", "gelu")}
+GELU_FORMS = {"gelu": "exact", "gelu_new": "tanh", "gelu_tanh": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+def normlab_gpt(
+    s: LMSize, placement: str = "pre", norm: str = "layernorm", activation: str = "gelu"
+) -> GPT:
     return GPT(
         GPTConfig(
             vocab_size=s.vocab_size,
@@ -209,12 +217,13 @@ def normlab_gpt(s: LMSize, placement: str = "pre", norm: str = "layernorm") -> G
             placement=placement,
             norm=norm,
             init="gpt2",
+            activation=activation,
         )
     )
 
 
-def hf_gpt2(s: LMSize) -> nn.Module:
-    """GPT2LMHeadModel shaped as normlab's Pre-LN GPT: exact GELU, no dropout, tied head, SDPA."""
+def hf_gpt2(s: LMSize, activation: str = "gelu") -> nn.Module:
+    """GPT2LMHeadModel shaped as normlab's Pre-LN GPT: no dropout, tied head, SDPA."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(
@@ -224,7 +233,7 @@ def hf_gpt2(s: LMSize) -> nn.Module:
         n_layer=s.n_layer,
         n_head=s.n_head,
         n_inner=4 * s.n_embd,
-        activation_function="gelu",  # GPT-2's default gelu_new is the tanh approximation
+        activation_function=activation,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
@@ -250,7 +259,7 @@ def describe_gpt(m: GPT) -> dict:
         vocab_size=m.tok_emb.num_embeddings,
         mlp_hidden=b.mlp.fc1.out_features,
         tied=m.lm_head.weight is m.tok_emb.weight,
-        gelu="exact",
+        gelu=GELU_FORMS.get(b.mlp.activation, b.mlp.activation),
         attention="sdpa",
         params=m.num_params(),
     )
@@ -266,7 +275,7 @@ def describe_hf_gpt2(m: nn.Module) -> dict:
         vocab_size=t.wte.num_embeddings,
         mlp_hidden=t.h[0].mlp.c_fc.weight.shape[1],  # Conv1D weights are (in, out)
         tied=m.lm_head.weight is t.wte.weight,
-        gelu="exact" if cfg.activation_function == "gelu" else cfg.activation_function,
+        gelu=GELU_FORMS.get(cfg.activation_function, cfg.activation_function),
         attention=cfg._attn_implementation,
         params=sum(p.numel() for p in m.parameters()),
     )
@@ -298,14 +307,10 @@ def flops_per_token(m: GPT) -> float:
     return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
 
 
-def bench_gpt(bc: BenchConfig) -> list[Result]:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return [skip("gpt", "hf_gpt2", "transformers missing: pip install -e '.[bench]'")]
-    s = GPT_SIZES[bc.size]
+def gpt_contenders(s: LMSize, ours_act: str, hf_act: str, bc: BenchConfig):
+    """normlab's GPT and GPT-2 with one activation: configurations and logits checked equal."""
     torch.manual_seed(0)
-    ours, hf = normlab_gpt(s), hf_gpt2(s)
+    ours, hf = normlab_gpt(s, activation=ours_act), hf_gpt2(s, hf_act)
     check_same(describe_gpt(ours), describe_hf_gpt2(hf), "GPT vs GPT2LMHeadModel")
     copy_gpt_to_hf(ours, hf)
     probe = torch.randint(0, s.vocab_size, (1, min(64, s.block_size)))
@@ -313,42 +318,49 @@ def bench_gpt(bc: BenchConfig) -> list[Result]:
         gap = (ours(probe)[0] - hf(input_ids=probe).logits).abs().max().item()
     if gap > 1e-4:
         raise RuntimeError(f"GPT and GPT2LMHeadModel disagree on the same weights by {gap:.2e}")
-    ours.to(bc.device), hf.to(bc.device)
+    return ours.to(bc.device), hf.to(bc.device)
+
+
+def bench_gpt(bc: BenchConfig) -> list[Result]:
+    """Training steps of normlab's GPT and GPT-2, once per activation pair, all alternating."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return [skip("gpt", "hf_gpt2", "transformers missing: pip install -e '.[bench]'")]
+    s = GPT_SIZES[bc.size]
     x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
     y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    models, steps, mem = {}, {}, {}
+    for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
+        ours, hf = gpt_contenders(s, ours_act, hf_act, bc)
 
-    def hf_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        # The loss normlab's forward computes: mean cross-entropy over all (B, T) positions.
-        return F.cross_entropy(hf(input_ids=x).logits.flatten(0, 1), y.flatten())
+        def hf_loss(x: torch.Tensor, y: torch.Tensor, hf: nn.Module = hf) -> torch.Tensor:
+            # The loss normlab's forward computes: mean cross-entropy over all (B, T) positions.
+            return F.cross_entropy(hf(input_ids=x).logits.flatten(0, 1), y.flatten())
 
-    ours_loss = maybe_compile(lambda x, y: ours(x, y)[1], bc)
-    hf_loss = maybe_compile(hf_loss, bc)
-    steps = {
-        "normlab": train_step(ours, lambda: ours_loss(x, y), bc),
-        "hf_gpt2": train_step(hf, lambda: hf_loss(x, y), bc),
-    }
-    mem = {
-        name: warm(steps[name], bc, nbytes(m)) for name, m in (("normlab", ours), ("hf_gpt2", hf))
-    }
-    tokens, fpt = s.batch_size * s.block_size, flops_per_token(ours)
-    note = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} V{s.vocab_size} B{s.batch_size}"
-    out = speed_results("gpt", interleaved(steps, bc), "hf_gpt2", tokens, "tok/s", note)
+        for name, model, loss in (
+            ("normlab", ours, lambda x, y, ours=ours: ours(x, y)[1]),
+            ("hf_gpt2", hf, hf_loss),
+        ):
+            loss = maybe_compile(loss, bc)
+            models[name + suffix] = model
+            steps[name + suffix] = train_step(model, lambda loss=loss: loss(x, y), bc)
+            mem[name + suffix] = warm(steps[name + suffix], bc, nbytes(model))
+    tokens, fpt = s.batch_size * s.block_size, flops_per_token(models["normlab"])
+    size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} V{s.vocab_size} B{s.batch_size}"
+    times, out = interleaved(steps, bc), []
+    for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
+        pair = {k: times[k] for k in (f"normlab{suffix}", f"hf_gpt2{suffix}")}
+        note = f"{size}, {bc.precision}, activation {ours_act} / {hf_act}"
+        out += speed_results("gpt", pair, f"hf_gpt2{suffix}", tokens, "tok/s", note)
     for r in list(out):
         out.append(Result("gpt", f"{r.name} model", r.value * fpt / 1e12, "TFLOP/s"))
         if bc.device == "cuda":
-            out.append(
-                Result(
-                    "gpt",
-                    f"{r.name} MFU",
-                    r.value * fpt / PEAK_BF16_FLOPS,
-                    "",
-                    note="of 989 TFLOP/s",
-                )
-            )
+            mfu = r.value * fpt / PEAK_BF16_FLOPS
+            out.append(Result("gpt", f"{r.name} MFU", mfu, "", note="of 989 TFLOP/s"))
             out.append(Result("gpt", f"{r.name} peak memory", mem[r.name], "GiB"))
-    out.append(
-        Result("gpt", "params (each)", float(ours.num_params()), "", note="identical: checked")
-    )
+    params = float(models["normlab"].num_params())
+    out.append(Result("gpt", "params (each)", params, "", note="identical: checked"))
     return out
 
 
@@ -510,7 +522,14 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from models.run import build_data, build_model, build_optim, model_spec, set_threads
+    from models.run import (
+        build_data,
+        build_model,
+        build_optim,
+        compile_mode,
+        model_spec,
+        set_threads,
+    )
     from models.tasks import OPTIMIZERS, lr_multiplier, param_groups
 
     set_threads(cfg.num_threads)
@@ -520,6 +539,8 @@ def raw_loop(cfg) -> None:
     dm = build_data(cfg, spec)
     device = "cuda" if cfg.trainer.accelerator == "gpu" else "cpu"
     model = build_model(cfg, spec, dm).to(device)
+    if compile_mode(cfg.compile):
+        model.compile(mode=compile_mode(cfg.compile))
     optim, steps = build_optim(cfg), cfg.trainer.max_steps
     opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
@@ -553,14 +574,17 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
         return [skip("lightning", "train.run", "train.py not found")]
     import train
 
-    short, long = (3, 10) if bc.quick else (20, 80)  # both end before the first validation (100)
+    short, long = (3, 10) if bc.quick else (5, 25)  # both end before the first validation (100)
     # Short runs: a warmup longer than the run is refused; the LR never changes the step's cost.
     base = ["logger=csv", "trainer.enable_checkpointing=false", "optim.warmup_steps=1"]
     base.append(f"num_threads={torch.get_num_threads()}")  # else train.run takes every core
-    if bc.quick:
-        base += ["model.n_layer=1", "model.n_embd=32", "model.block_size=32", "data.batch_size=4"]
-        base.append("trainer.log_every_n_steps=1")
+    s = GPT_SIZES[bc.size]  # the gpt section's model, on the default job's text
+    base += [f"model.{k}={getattr(s, k)}" for k in ("n_layer", "n_head", "n_embd", "block_size")]
+    base += [f"data.batch_size={s.batch_size}", "model.init=gpt2"]
+    base += ["trainer.log_every_n_steps=1"] if bc.quick else []
     base += ["trainer=gpu"] if bc.device == "cuda" else []
+    base += ["trainer.precision=bf16-mixed"] if bc.precision == "bf16" else []
+    base += ["compile=true"] if bc.compile else []
     clock = CLOCKS[bc.clock]
     deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     secs: dict[tuple[str, int], list[float]] = {}
@@ -582,8 +606,8 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
         torch.use_deterministic_algorithms(deterministic)
         torch.set_num_threads(threads)
     tokens = cfg.data.batch_size * cfg.model.block_size
-    model = "tiny model" if bc.quick else "default job's model"
-    note = f"{model}, {cfg.trainer.precision}, marginal per step over {short}-{long}"
+    size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} B{s.batch_size}"
+    note = f"{size}, {cfg.trainer.precision}, marginal per step over {short}-{long}"
     out, tps = [], {}
     for name in ("raw loop", "train.run"):
         extra = statistics.median(secs[name, long]) - statistics.median(secs[name, short])
@@ -780,6 +804,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--reps", type=int, default=None, help="timed rounds (default 7; quick 3)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (quick: 1)")
     p.add_argument("--clock", choices=tuple(CLOCKS), default="wall", help="cpu needs --threads 1")
+    p.add_argument(
+        "--precision", choices=("32", "bf16"), default=None, help="default: bf16 on cuda, else 32"
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the compared models (default: on cuda only)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -787,7 +820,11 @@ def main(argv: list[str] | None = None) -> dict:
     threads = args.threads or (1 if args.quick else None)  # tiny ops: threads only contend
     if args.clock == "cpu" and (threads != 1 or args.device == "cuda"):
         p.error("--clock cpu counts every thread's time; use it with --threads 1 on the CPU")
-    bc = BenchConfig(args.device, args.quick, clock=args.clock)
+    cuda = args.device == "cuda"
+    precision = args.precision or ("bf16" if cuda else "32")
+    compile_ = cuda if args.compile is None else args.compile
+    bc = BenchConfig(args.device, args.quick, clock=args.clock, precision=precision)
+    bc = replace(bc, compile=compile_)
     bc = replace(bc, warmup=1, reps=3) if args.quick else bc
     bc = replace(bc, iters=5) if args.device == "cuda" else bc  # amortize the syncs
     bc = replace(bc, reps=args.reps) if args.reps else bc

@@ -37,7 +37,10 @@ def test_quick_mode_runs_every_section(tmp_path):
     except ImportError:
         assert [r["status"] for r in gpt] == ["skipped"]
     else:
-        assert {"normlab", "hf_gpt2"} <= {r["name"] for r in gpt if r["status"] == "ok"}
+        names = {r["name"] for r in gpt if r["status"] == "ok"}
+        assert {
+            f"{m}{suffix}" for m in ("normlab", "hf_gpt2") for suffix in bench.GPT_PAIRS
+        } <= names
 
 
 def test_only_rejects_an_unknown_section(capsys):
@@ -90,16 +93,17 @@ def expected_gpt2_params(s: bench.LMSize) -> int:
     return s.vocab_size * d + s.block_size * d + s.n_layer * per_layer + 2 * d
 
 
+@pytest.mark.parametrize("ours_act,hf_act", list(bench.GPT_PAIRS.values()))
 @pytest.mark.parametrize("size", ["quick", "cpu"])
-def test_gpt_and_hf_gpt2_have_identical_configuration(size):
+def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
     pytest.importorskip("transformers")
     s = bench.GPT_SIZES[size]
     torch.manual_seed(0)
-    ours, hf = bench.normlab_gpt(s), bench.hf_gpt2(s)
+    ours, hf = bench.normlab_gpt(s, activation=ours_act), bench.hf_gpt2(s, hf_act)
     a, b = bench.describe_gpt(ours), bench.describe_hf_gpt2(hf)
     assert a == b
     assert a["params"] == expected_gpt2_params(s)
-    assert hf.config.activation_function == "gelu" and hf.config._attn_implementation == "sdpa"
+    assert hf.config.activation_function == hf_act and hf.config._attn_implementation == "sdpa"
     if size == "quick":  # same weights -> same logits: the two compute one function
         bench.copy_gpt_to_hf(ours, hf)
         idx = torch.randint(0, s.vocab_size, (2, s.block_size))
@@ -110,8 +114,7 @@ def test_gpt_and_hf_gpt2_have_identical_configuration(size):
 def test_configuration_check_catches_a_difference():
     pytest.importorskip("transformers")
     s = bench.GPT_SIZES["quick"]
-    hf = bench.hf_gpt2(s)
-    hf.config.activation_function = "gelu_new"
+    hf = bench.hf_gpt2(s, "gelu_new")  # the tanh form, against normlab's exact default
     with pytest.raises(RuntimeError, match="gelu"):
         bench.check_same(bench.describe_gpt(bench.normlab_gpt(s)), bench.describe_hf_gpt2(hf), "x")
 

@@ -6,6 +6,7 @@ import csv
 import inspect
 import json
 import math
+import shutil
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -250,6 +251,32 @@ def test_run_writes_the_run_dir(model, tmp_path):
         values = [float(r[column]) for r in rows if r[column]]
         assert values and all(math.isfinite(v) for v in values), column
     assert [int(r["step"]) for r in rows if r["grad_norm/total"]] == [0, 1, 2]  # every step
+
+
+@pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")),
+    reason="torch.compile on CPU needs a C++ compiler",
+)
+def test_compile_trains_like_eager(tmp_path, monkeypatch):
+    modes, compile_ = [], nn.Module.compile
+
+    def spy(self, *args, **kwargs):
+        modes.append(kwargs.get("mode"))
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "compile", spy)
+    over = [*TINY, "logger=csv", "trainer.max_steps=4", "model.block_size=16", "data.val_batches=1"]
+    over.append("norm=rmsnorm")  # on CPU normlab's own fused kernel: a custom op, compiled too
+    losses = {}
+    for mode in ("false", "true"):
+        train.run(compose_cfg([*over, f"compile={mode}", f"run_dir={tmp_path / mode}"]))
+        rows = read_metrics(tmp_path / mode / "metrics.csv")
+        losses[mode] = [float(r[k]) for k in ("train/loss", "val/loss") for r in rows if r[k]]
+    assert modes == ["default"]  # the eager run compiled nothing, `true` the default mode
+    assert len(losses["true"]) == 4 + 2  # every step, validation at step 2 and at the end
+    assert losses["true"] == pytest.approx(losses["false"], rel=1e-4)
+    with pytest.raises(ConfigError, match="compile='fast' is not a torch.compile mode"):
+        train.run(compose_cfg([*over, "compile=fast", f"run_dir={tmp_path / 'bad'}"]))
 
 
 # ---------------------------------------------------------------- stability instruments

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from models.layers import SLOTS, Attention, Block, Gate
+from models.layers import ACTIVATIONS, MLP, SLOTS, Attention, Block, Gate
 from models.norms import (
     NORMS,
     BatchNorm,
@@ -376,6 +376,36 @@ def test_weight_norm_keeps_init_and_linears(model_name):
     normed(*inputs)[0].square().mean().backward()
     g = normed.blocks[0].attn.v_proj.parametrizations.weight.original0
     assert g.grad is not None and torch.isfinite(g.grad).all()
+
+
+# ---------------------------------------------------------------- MLP activations
+ACTIVATION_FORMULAS = {  # written out from the definitions, not through F.gelu / F.relu
+    "gelu": lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2))),
+    "gelu_tanh": lambda x: (
+        0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    ),
+    "relu": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_mlp_activation_matches_its_formula(name):
+    torch.manual_seed(0)
+    mlp = MLP(8, mlp_ratio=2, activation=name)
+    x = torch.randn(3, 5, 8)
+    expected = mlp.fc2(ACTIVATION_FORMULAS[name](mlp.fc1(x)))
+    torch.testing.assert_close(mlp(x), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_gelu_variants_differ_and_models_take_the_activation():
+    x = torch.linspace(-3, 3, 61)
+    gap = (ACTIVATIONS["gelu"](x) - ACTIVATIONS["gelu_tanh"](x)).abs().max().item()
+    assert 1e-5 < gap < 1e-3  # the tanh form approximates the erf form closely, not exactly
+    for model_name in ("gpt", "vit"):
+        model = build(model_name, placement="pre", norm="layernorm", activation="relu")
+        assert all(b.mlp.activation == "relu" for b in model.blocks)
+    with pytest.raises(ValueError, match="choose model.activation from: gelu, gelu_tanh, relu"):
+        GPTConfig(**TINY_GPT, activation="swish")
 
 
 # ---------------------------------------------------------------- every variant, whole models

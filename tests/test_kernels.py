@@ -1,0 +1,82 @@
+"""The fused CPU RMSNorm kernel against a float64 reference in elementary ops, and its fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models import kernels
+from models.norms import RMSNorm
+
+KERNEL_GRAD = "GeneratedBackwardFor_normlab_rms_norm"  # grad_fn of the registered op
+needs_kernel = pytest.mark.skipif(
+    not kernels.load_rms_norm_kernel(), reason="the fused RMSNorm kernel did not build here"
+)
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * w, in float64 and written out."""
+    x, weight = x.double(), weight.double()
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+
+def grads(fn, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor):
+    x, weight = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    y = fn(x, weight)
+    y.backward(grad.to(y.dtype))
+    return y, x.grad, weight.grad
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(3, 5, 16), (7, 256), (2, 3, 4, 33), (1, 1, 1)])
+def test_fused_rms_norm_matches_the_formula_and_its_gradients(shape):
+    torch.manual_seed(0)
+    x, grad = torch.randn(shape) * 3, torch.randn(shape)
+    weight = torch.randn(shape[-1])
+    ours = grads(lambda x, w: kernels.rms_norm(x, w, 1e-5), x, weight, grad)
+    ref = grads(lambda x, w: reference(x, w, 1e-5), x, weight, grad)
+    assert ours[0].grad_fn.name().startswith(KERNEL_GRAD)  # the kernel ran, not the fallback
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a, b.float(), atol=2e-5, rtol=1e-4)
+
+
+@needs_kernel
+def test_fused_rms_norm_takes_strided_inputs_and_gradients():
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 8).transpose(0, 1)  # not contiguous
+    grad = torch.randn(8, 4, 6).transpose(0, 2)  # (6, 4, 8), not contiguous
+    weight = torch.randn(8)
+    ours = grads(lambda x, w: kernels.rms_norm(x, w, 1e-6), x, weight, grad)
+    ref = grads(lambda x, w: reference(x, w, 1e-6), x, weight, grad)
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a, b.float(), atol=2e-5, rtol=1e-4)
+
+
+@needs_kernel
+def test_rmsnorm_module_uses_the_kernel_on_float32_cpu_only():
+    norm = RMSNorm(8)
+    x = torch.randn(2, 8, requires_grad=True)
+    assert norm(x).grad_fn.name().startswith(KERNEL_GRAD)
+    norm64 = RMSNorm(8).double()
+    y = norm64(x.detach().double())
+    torch.testing.assert_close(y, F.rms_norm(x.detach().double(), (8,), norm64.weight, 1e-5))
+
+
+def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setattr(kernels, "SOURCE", kernels.SOURCE.with_name("missing.cpp"))
+    monkeypatch.setenv("NORMLAB_FUSED_KERNELS", "1")
+    with pytest.warns(UserWarning, match="fused CPU RMSNorm unavailable .*using F.rms_norm"):
+        assert kernels.load_rms_norm_kernel() is False
+    assert kernels.load_rms_norm_kernel() is False  # remembered: no second build, no warning
+    x, w = torch.randn(3, 8), torch.randn(8)
+    torch.testing.assert_close(kernels.rms_norm(x, w, 1e-5), reference(x, w, 1e-5).float())
+
+
+def test_the_environment_switch_turns_the_kernel_off(monkeypatch):
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("NORMLAB_FUSED_KERNELS", "0")
+    assert kernels.load_rms_norm_kernel() is False
+    x = torch.randn(3, 8, requires_grad=True)
+    assert not kernels.rms_norm(x, torch.ones(8), 1e-5).grad_fn.name().startswith(KERNEL_GRAD)
