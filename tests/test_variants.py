@@ -324,9 +324,10 @@ def test_qk_norm_bounds_attention_logits(norm):
     assert plain > 1e3, plain
 
 
-def test_qk_returns_what_the_dot_product_uses():
+@pytest.mark.parametrize("bias", [True, False])
+def test_qk_returns_what_the_dot_product_uses(bias):
     torch.manual_seed(0)
-    attn = Attention(16, 2, causal=True, qk_norm=lambda d: build_norm("rmsnorm", d))
+    attn = Attention(16, 2, causal=True, bias=bias, qk_norm=lambda d: build_norm("rmsnorm", d))
     randomize_small_params(attn)
     x = torch.randn(2, 5, 16)
     q, k = attn.qk(x)
