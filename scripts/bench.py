@@ -5,7 +5,7 @@ Each comparison runs in one process and alternates its contenders (A, B, A, B, .
 then takes medians, so a busy machine slows every contender alike: read the ratios. On a machine
 shared with other jobs, `--threads 1 --clock cpu` counts only this process's own CPU time.
 
-    python -m scripts.bench                         # CPU, default sizes (~10 minutes on 2 cores)
+    python -m scripts.bench                         # CPU, default sizes (~12 minutes, 16 GB)
     python -m scripts.bench --quick                 # tiny sizes, seconds (what the tests run)
     python -m scripts.bench --device cuda           # GPT-2 small: bf16, torch.compile, fused AdamW
     python -m scripts.bench --only gpt,norms --out bench.json
@@ -673,19 +673,11 @@ def peak_rss_kib(pid: int) -> int:
     raise OSError(f"no VmHWM for pid {pid}")
 
 
-def bench_memory(bc: BenchConfig) -> list[Result]:
-    """Peak RSS of this process so far, and of a short default train.py job in a subprocess.
-    The child is polled: its rusage would start from this process's peak (Linux copies the
-    parent's high-water mark at exec)."""
-    mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-    out = [Result("memory", "bench process peak RSS", mib, "MiB", note="the sections run before")]
-    if not (ROOT / "train.py").exists():
-        return [*out, skip("memory", "train.py peak RSS", "train.py not found")]
-    steps = 3 if bc.quick else 20
-    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "stderr", "w+") as err:
-        args = [sys.executable, "train.py", f"trainer.max_steps={steps}", f"hydra.run.dir={tmp}"]
-        args.append("optim.warmup_steps=1")  # a warmup longer than the run is refused
-        args += ["logger=csv", "num_threads=1"] if bc.quick else []  # seconds, not half a minute
+def peak_rss_of(args: list[str], what: str) -> float:
+    """Run `args` from the repository root and return its peak RSS in MiB. The child is polled:
+    its rusage would start from this process's peak (Linux copies the parent's high-water mark
+    at exec)."""
+    with tempfile.TemporaryFile("w+") as err:
         env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
         peak = 0
@@ -696,10 +688,43 @@ def bench_memory(bc: BenchConfig) -> list[Result]:
         err.seek(0)
         last = err.read().strip().splitlines()[-1:]
     if proc.returncode != 0 or not peak:
-        raise RuntimeError(f"train.py exited with {proc.returncode}: {last}")
+        raise RuntimeError(f"{what} exited with {proc.returncode}: {last}")
+    return peak / 1024
+
+
+def gpt_steps(size: str, steps: int = 2) -> None:
+    """`steps` fp32 training steps of normlab's GPT at GPT_SIZES[size] on the CPU (AdamW's
+    state exists from the first step on): what the memory section measures in a subprocess."""
+    s = GPT_SIZES[size]
+    model = normlab_gpt(s)
+    x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size))
+    step = train_step(model, lambda: model(x, x)[1], BenchConfig())
+    for _ in range(steps):
+        step()
+
+
+def bench_memory(bc: BenchConfig) -> list[Result]:
+    """Peak RSS of this process so far, of a short default train.py job, and of CPU training
+    steps of the GPU configuration (GPT-2 small), each in a subprocess."""
+    mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    out = [Result("memory", "bench process peak RSS", mib, "MiB", note="the sections run before")]
+    if not (ROOT / "train.py").exists():
+        return [*out, skip("memory", "train.py peak RSS", "train.py not found")]
+    steps = 3 if bc.quick else 20
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "train.py", f"trainer.max_steps={steps}", f"hydra.run.dir={tmp}"]
+        args.append("optim.warmup_steps=1")  # a warmup longer than the run is refused
+        args += ["logger=csv", "num_threads=1"] if bc.quick else []  # seconds, not half a minute
+        peak = peak_rss_of(args, "train.py")
     job = "default job, csv logger" if bc.quick else "default job"
     note = f"{job}, {steps} steps (wandb's service process not counted)"
-    return [*out, Result("memory", "train.py peak RSS", peak / 1024, "MiB", note=note)]
+    out.append(Result("memory", "train.py peak RSS", peak, "MiB", note=note))
+    size = "quick" if bc.quick else "cuda"
+    code = f"from scripts.bench import gpt_steps; gpt_steps({size!r})"
+    peak = peak_rss_of([sys.executable, "-c", code], "gpt_steps")
+    s = GPT_SIZES[size]
+    note = f"GPU config L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, CPU fp32, 2 steps"
+    return [*out, Result("memory", "GPT steps peak RSS", peak, "MiB", note=note)]
 
 
 SECTIONS: dict[str, Callable[[BenchConfig], list[Result]]] = {
