@@ -4,8 +4,8 @@ torch's CPU F.rms_norm runs its backward as separate elementwise ops, about 3x s
 LayerNorm's fused kernel (docs/benchmarks.md). The C++ kernel does the forward in one pass and
 the backward in one pass plus a reduction for the weight gradient. It is compiled once with the
 system's C++ compiler (a few seconds; torch caches it under ~/.cache/torch_extensions) and serves
-float32 CPU tensors. Everything else, and every machine where the build fails, uses F.rms_norm;
-NORMLAB_FUSED_KERNELS=0 turns the kernel off.
+float32 and bfloat16 CPU inputs with a float32 weight. Everything else, and every machine where
+the build fails, uses F.rms_norm; NORMLAB_FUSED_KERNELS=0 turns the kernel off.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def register_autograd() -> None:
 
     @torch.library.register_fake("normlab::rms_norm_forward")
     def forward_fake(x: torch.Tensor, weight: torch.Tensor, eps: float):
-        return torch.empty_like(x), x.new_empty(x.numel() // x.shape[-1])
+        return torch.empty_like(x), x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32)
 
     @torch.library.register_fake("normlab::rms_norm_backward")
     def backward_fake(grad, x, weight, rstd):
@@ -112,10 +112,14 @@ def register_autograd() -> None:
     )
 
 
+KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # the input's; the weight is float32
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """F.rms_norm over the last dimension with a weight, fused on float32 CPU tensors once
-    load_rms_norm_kernel() has run (RMSNorm's constructor calls it, outside any compiled code)."""
-    fits = x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+    """F.rms_norm over the last dimension with a weight, fused on CPU for float32 or bfloat16
+    input and a float32 weight (what bf16 autocast hands a norm), once load_rms_norm_kernel()
+    has run (RMSNorm's constructor calls it, outside any compiled code)."""
+    fits = x.device.type == "cpu" and x.dtype in KERNEL_DTYPES and weight.dtype == torch.float32
     if fits and x.numel() and _state.get("loaded"):
         return torch.ops.normlab.rms_norm_forward(x, weight, eps)[0]
     return F.rms_norm(x, weight.shape, weight, eps)

@@ -42,6 +42,22 @@ def test_fused_rms_norm_matches_the_formula_and_its_gradients(shape):
 
 
 @needs_kernel
+def test_fused_rms_norm_in_bfloat16_is_the_formula_to_bfloat16_precision():
+    """bf16 autocast hands a norm bf16 input and its float32 weight: bf16 out and dx, float32 dw."""
+    torch.manual_seed(0)
+    x, grad = (torch.randn(6, 40) * 3).bfloat16(), torch.randn(6, 40).bfloat16()
+    weight = torch.randn(40)
+    y, dx, dw = grads(lambda x, w: kernels.rms_norm(x, w, 1e-5), x, weight, grad)
+    assert (y.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+    assert y.grad_fn.name().startswith(KERNEL_GRAD)
+    ref = grads(lambda x, w: reference(x, w, 1e-5), x.double(), weight.double(), grad)
+    ulp = 2.0**-8  # bf16 keeps 8 significant bits: one rounding of the float32 result
+    torch.testing.assert_close(y.double(), ref[0], rtol=ulp, atol=1e-6)
+    torch.testing.assert_close(dx.double(), ref[1], rtol=ulp, atol=1e-6 + ulp * ref[1].abs().max())
+    torch.testing.assert_close(dw.double(), ref[2], rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
 def test_fused_rms_norm_takes_strided_inputs_and_gradients():
     torch.manual_seed(0)
     x = torch.randn(4, 6, 8).transpose(0, 1)  # not contiguous
@@ -54,10 +70,11 @@ def test_fused_rms_norm_takes_strided_inputs_and_gradients():
 
 
 @needs_kernel
-def test_rmsnorm_module_uses_the_kernel_on_float32_cpu_only():
+def test_rmsnorm_module_uses_the_kernel_for_float32_and_bfloat16_on_cpu_only():
     norm = RMSNorm(8)
     x = torch.randn(2, 8, requires_grad=True)
     assert norm(x).grad_fn.name().startswith(KERNEL_GRAD)
+    assert norm(x.bfloat16()).grad_fn.name().startswith(KERNEL_GRAD)
     norm64 = RMSNorm(8).double()
     y = norm64(x.detach().double())
     torch.testing.assert_close(y, F.rms_norm(x.detach().double(), (8,), norm64.weight, 1e-5))
