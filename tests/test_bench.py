@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.norms import RMSNorm
-from scripts import bench
+from scripts import bench, bench_core, bench_models
 
 
 def test_quick_mode_runs_every_section(tmp_path):
@@ -39,7 +39,7 @@ def test_quick_mode_runs_every_section(tmp_path):
     else:
         names = {r["name"] for r in gpt if r["status"] == "ok"}
         assert {
-            f"{m}{suffix}" for m in ("normlab", "hf_gpt2") for suffix in bench.GPT_PAIRS
+            f"{m}{suffix}" for m in ("normlab", "hf_gpt2") for suffix in bench_models.GPT_PAIRS
         } <= names
 
 
@@ -52,25 +52,25 @@ def test_only_rejects_an_unknown_section(capsys):
 def test_interleaved_alternates_contenders():
     calls = []
     fns = {name: (lambda name=name: calls.append(name)) for name in "ab"}
-    times = bench.interleaved(fns, bench.BenchConfig(reps=3, iters=2))
+    times = bench_core.interleaved(fns, bench_core.BenchConfig(reps=3, iters=2))
     assert calls == ["a", "a", "b", "b"] * 3
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
 
 
 def test_speed_results_ratio_is_baseline_time_over_time():
     times = {"fast": [1.0, 2.0, 3.0], "base": [4.0, 6.0, 8.0]}
-    by_name = {r.name: r for r in bench.speed_results("s", times, "base", 10, "tok/s", "")}
+    by_name = {r.name: r for r in bench_core.speed_results("s", times, "base", 10, "tok/s", "")}
     assert by_name["fast"].value == pytest.approx(10 / 2.0)
     assert by_name["fast"].ratio == pytest.approx(6.0 / 2.0)
     assert by_name["fast"].best == pytest.approx(4.0 / 1.0)
     assert by_name["base"].ratio == 1.0
 
 
-@pytest.mark.parametrize("reference", sorted(bench.EXTRA_NORMS))
+@pytest.mark.parametrize("reference", sorted(bench_models.EXTRA_NORMS))
 def test_reference_rmsnorms_match_normlab_rmsnorm_and_its_gradients(reference):
     torch.manual_seed(0)
     x, grad = torch.randn(3, 5, 16, dtype=torch.float64), torch.randn(3, 5, 16, dtype=torch.float64)
-    ref, ours = bench.EXTRA_NORMS[reference](16).double(), RMSNorm(16).double()
+    ref, ours = bench_models.EXTRA_NORMS[reference](16).double(), RMSNorm(16).double()
     with torch.no_grad():
         ref.weight.copy_(torch.randn(16))
         ours.weight.copy_(ref.weight)
@@ -84,7 +84,7 @@ def test_reference_rmsnorms_match_normlab_rmsnorm_and_its_gradients(reference):
         torch.testing.assert_close(a, b)
 
 
-def expected_gpt2_params(s: bench.LMSize) -> int:
+def expected_gpt2_params(s: bench_core.LMSize) -> int:
     """Hand count: token and position tables, per layer 2 LNs + qkv + out + MLP, final LN."""
     d = s.n_embd
     per_layer = (
@@ -93,19 +93,19 @@ def expected_gpt2_params(s: bench.LMSize) -> int:
     return s.vocab_size * d + s.block_size * d + s.n_layer * per_layer + 2 * d
 
 
-@pytest.mark.parametrize("ours_act,hf_act", list(bench.GPT_PAIRS.values()))
+@pytest.mark.parametrize("ours_act,hf_act", list(bench_models.GPT_PAIRS.values()))
 @pytest.mark.parametrize("size", ["quick", "cpu"])
 def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
     pytest.importorskip("transformers")
-    s = bench.GPT_SIZES[size]
+    s = bench_core.GPT_SIZES[size]
     torch.manual_seed(0)
-    ours, hf = bench.normlab_gpt(s, activation=ours_act), bench.hf_gpt2(s, hf_act)
-    a, b = bench.describe_gpt(ours), bench.describe_hf_gpt2(hf)
+    ours, hf = bench_models.normlab_gpt(s, activation=ours_act), bench_models.hf_gpt2(s, hf_act)
+    a, b = bench_models.describe_gpt(ours), bench_models.describe_hf_gpt2(hf)
     assert a == b
     assert a["params"] == expected_gpt2_params(s)
     assert hf.config.activation_function == hf_act and hf.config._attn_implementation == "sdpa"
     if size == "quick":  # same weights -> same logits: the two compute one function
-        bench.copy_gpt_to_hf(ours, hf)
+        bench_models.copy_gpt_to_hf(ours, hf)
         idx = torch.randint(0, s.vocab_size, (2, s.block_size))
         with torch.no_grad():
             torch.testing.assert_close(ours(idx)[0], hf(input_ids=idx).logits, atol=1e-5, rtol=1e-5)
@@ -113,15 +113,19 @@ def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
 
 def test_configuration_check_catches_a_difference():
     pytest.importorskip("transformers")
-    s = bench.GPT_SIZES["quick"]
-    hf = bench.hf_gpt2(s, "gelu_new")  # the tanh form, against normlab's exact default
+    s = bench_core.GPT_SIZES["quick"]
+    hf = bench_models.hf_gpt2(s, "gelu_new")  # the tanh form, against normlab's exact default
     with pytest.raises(RuntimeError, match="gelu"):
-        bench.check_same(bench.describe_gpt(bench.normlab_gpt(s)), bench.describe_hf_gpt2(hf), "x")
+        bench_core.check_same(
+            bench_models.describe_gpt(bench_models.normlab_gpt(s)),
+            bench_models.describe_hf_gpt2(hf),
+            "x",
+        )
 
 
 def test_flops_per_token_counts_matmuls_of_one_token():
-    s = bench.LMSize(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=10, batch_size=1)
-    m = bench.normlab_gpt(s)
+    s = bench_core.LMSize(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=10, batch_size=1)
+    m = bench_models.normlab_gpt(s)
     d, L, T = 8, 2, 4
     n = 10 * d + L * (12 * d * d + 13 * d) + 2 * d  # parameters without the position table
-    assert bench.flops_per_token(m) == 6 * n + 12 * L * T * d
+    assert bench_models.flops_per_token(m) == 6 * n + 12 * L * T * d

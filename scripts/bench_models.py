@@ -1,0 +1,354 @@
+"""The model sections: normlab's GPT against Hugging Face's GPT-2 and its ViT against timm's,
+each at an identical configuration (checked field by field, and for GPT on logits from copied
+weights); forward + backward of every registered norm next to two reference RMSNorms (unfused
+elementary ops, and a closed-form backward); and the training step of every placement x norm the
+GPT accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.gpt import GPT, GPTConfig
+from models.norms import NORMS, build_norm
+from models.placement import PLACEMENTS
+from models.vit import ViT, ViTConfig
+from scripts.bench_core import (
+    GPT_SIZES,
+    GRID_SIZES,
+    NORM_SHAPES,
+    VIT_SIZES,
+    BenchConfig,
+    LMSize,
+    Result,
+    check_same,
+    interleaved,
+    maybe_compile,
+    nbytes,
+    one_line,
+    skip,
+    speed_results,
+    train_step,
+    warm,
+)
+
+PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the MFU denominator
+
+
+# ---------------------------------------------------------------- GPT vs Hugging Face GPT-2
+# One MLP activation on both sides, as (normlab model.activation, GPT2Config activation_function):
+# GPT-2's own tanh GELU ("gelu_new", GPT2Config's default) and the exact GELU.
+GPT_PAIRS = {"": ("gelu_tanh", "gelu_new"), " (exact gelu)": ("gelu", "gelu")}
+GELU_FORMS = {"gelu": "exact", "gelu_new": "tanh", "gelu_tanh": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+def normlab_gpt(
+    s: LMSize, placement: str = "pre", norm: str = "layernorm", activation: str = "gelu"
+) -> GPT:
+    return GPT(
+        GPTConfig(
+            vocab_size=s.vocab_size,
+            block_size=s.block_size,
+            n_layer=s.n_layer,
+            n_head=s.n_head,
+            n_embd=s.n_embd,
+            placement=placement,
+            norm=norm,
+            init="gpt2",
+            activation=activation,
+        )
+    )
+
+
+def hf_gpt2(s: LMSize, activation: str = "gelu") -> nn.Module:
+    """GPT2LMHeadModel shaped as normlab's Pre-LN GPT: no dropout, tied head, SDPA."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=s.vocab_size,
+        n_positions=s.block_size,
+        n_embd=s.n_embd,
+        n_layer=s.n_layer,
+        n_head=s.n_head,
+        n_inner=4 * s.n_embd,
+        activation_function=activation,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+        use_cache=False,
+        bos_token_id=None,  # GPT-2's 50256 lies outside small vocabularies
+        eos_token_id=None,
+    )
+    try:
+        return GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa")
+    except ValueError as err:
+        raise RuntimeError(f"{err}; GPT-2 runs on SDPA from transformers 4.42 on") from err
+
+
+def describe_gpt(m: GPT) -> dict:
+    b = m.blocks[0]
+    return dict(
+        n_layer=len(m.blocks),
+        n_head=b.attn.n_head,
+        n_embd=m.tok_emb.embedding_dim,
+        block_size=m.pos_emb.num_embeddings,
+        vocab_size=m.tok_emb.num_embeddings,
+        mlp_hidden=b.mlp.fc1.out_features,
+        tied=m.lm_head.weight is m.tok_emb.weight,
+        gelu=GELU_FORMS.get(b.mlp.activation, b.mlp.activation),
+        attention="sdpa",
+        params=m.num_params(),
+    )
+
+
+def describe_hf_gpt2(m: nn.Module) -> dict:
+    t, cfg = m.transformer, m.config
+    return dict(
+        n_layer=len(t.h),
+        n_head=cfg.n_head,
+        n_embd=t.wte.embedding_dim,
+        block_size=t.wpe.num_embeddings,
+        vocab_size=t.wte.num_embeddings,
+        mlp_hidden=t.h[0].mlp.c_fc.weight.shape[1],  # Conv1D weights are (in, out)
+        tied=m.lm_head.weight is t.wte.weight,
+        gelu=GELU_FORMS.get(cfg.activation_function, cfg.activation_function),
+        attention=cfg._attn_implementation,
+        params=sum(p.numel() for p in m.parameters()),
+    )
+
+
+@torch.no_grad()
+def copy_gpt_to_hf(ours: GPT, hf: nn.Module) -> None:
+    """Load normlab's weights into GPT-2 (Conv1D stores W^T; c_attn is [q; k; v])."""
+    t = hf.transformer
+    t.wte.weight.copy_(ours.tok_emb.weight)
+    t.wpe.weight.copy_(ours.pos_emb.weight)
+    t.ln_f.load_state_dict(ours.final_norm.state_dict())
+    for b, h in zip(ours.blocks, t.h, strict=True):
+        a = b.attn
+        h.ln_1.load_state_dict(b.attn_pre.state_dict())
+        h.ln_2.load_state_dict(b.mlp_pre.state_dict())
+        h.attn.c_attn.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).T)
+        h.attn.c_attn.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+        pairs = ((h.attn.c_proj, a.out_proj), (h.mlp.c_fc, b.mlp.fc1), (h.mlp.c_proj, b.mlp.fc2))
+        for conv, linear in pairs:
+            conv.weight.copy_(linear.weight.T)
+            conv.bias.copy_(linear.bias)
+
+
+def flops_per_token(m: GPT) -> float:
+    """6N + 12 L T d (PaLM, appendix B); N leaves out the position table, a lookup."""
+    c = m.cfg
+    n = m.num_params() - m.pos_emb.weight.numel()
+    return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
+
+
+def gpt_contenders(s: LMSize, ours_act: str, hf_act: str, bc: BenchConfig):
+    """normlab's GPT and GPT-2 with one activation: configurations and logits checked equal."""
+    torch.manual_seed(0)
+    ours, hf = normlab_gpt(s, activation=ours_act), hf_gpt2(s, hf_act)
+    check_same(describe_gpt(ours), describe_hf_gpt2(hf), "GPT vs GPT2LMHeadModel")
+    copy_gpt_to_hf(ours, hf)
+    probe = torch.randint(0, s.vocab_size, (1, min(64, s.block_size)))
+    with torch.no_grad():  # no dropout anywhere, so train mode computes the same function
+        gap = (ours(probe)[0] - hf(input_ids=probe).logits).abs().max().item()
+    if gap > 1e-4:
+        raise RuntimeError(f"GPT and GPT2LMHeadModel disagree on the same weights by {gap:.2e}")
+    return ours.to(bc.device), hf.to(bc.device)
+
+
+def bench_gpt(bc: BenchConfig) -> list[Result]:
+    """Training steps of normlab's GPT and GPT-2, once per activation pair, all alternating."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return [skip("gpt", "hf_gpt2", "transformers missing: pip install -e '.[bench]'")]
+    s = GPT_SIZES[bc.size]
+    x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    models, steps, mem = {}, {}, {}
+    for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
+        ours, hf = gpt_contenders(s, ours_act, hf_act, bc)
+
+        def hf_loss(x: torch.Tensor, y: torch.Tensor, hf: nn.Module = hf) -> torch.Tensor:
+            # The loss normlab's forward computes: mean cross-entropy over all (B, T) positions.
+            return F.cross_entropy(hf(input_ids=x).logits.flatten(0, 1), y.flatten())
+
+        for name, model, loss in (
+            ("normlab", ours, lambda x, y, ours=ours: ours(x, y)[1]),
+            ("hf_gpt2", hf, hf_loss),
+        ):
+            loss = maybe_compile(loss, bc)
+            models[name + suffix] = model
+            steps[name + suffix] = train_step(model, lambda loss=loss: loss(x, y), bc)
+            mem[name + suffix] = warm(steps[name + suffix], bc, nbytes(model))
+    tokens, fpt = s.batch_size * s.block_size, flops_per_token(models["normlab"])
+    size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} V{s.vocab_size} B{s.batch_size}"
+    times, out = interleaved(steps, bc), []
+    for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
+        pair = {k: times[k] for k in (f"normlab{suffix}", f"hf_gpt2{suffix}")}
+        note = f"{size}, {bc.precision}, activation {ours_act} / {hf_act}"
+        out += speed_results("gpt", pair, f"hf_gpt2{suffix}", tokens, "tok/s", note)
+    for r in list(out):
+        out.append(Result("gpt", f"{r.name} model", r.value * fpt / 1e12, "TFLOP/s"))
+        if bc.device == "cuda":
+            mfu = r.value * fpt / PEAK_BF16_FLOPS
+            out.append(Result("gpt", f"{r.name} MFU", mfu, "", note="of 989 TFLOP/s"))
+            out.append(Result("gpt", f"{r.name} peak memory", mem[r.name], "GiB"))
+    params = float(models["normlab"].num_params())
+    out.append(Result("gpt", "params (each)", params, "", note="identical: checked"))
+    return out
+
+
+# ---------------------------------------------------------------- ViT vs timm
+def bench_vit(bc: BenchConfig) -> list[Result]:
+    try:  # timm imports torchvision at import time
+        from timm.models.vision_transformer import VisionTransformer
+    except Exception as err:
+        return [skip("vit", "timm", f"timm not importable ({one_line(err)})")]
+    fields, batch = VIT_SIZES[bc.size]
+    torch.manual_seed(0)
+    ours = ViT(ViTConfig(**fields, num_classes=10, norm_eps=1e-6))  # timm's LayerNorm eps
+    ref = VisionTransformer(
+        img_size=fields["image_size"],
+        patch_size=fields["patch_size"],
+        in_chans=fields["in_chans"],
+        num_classes=10,
+        global_pool="token",
+        embed_dim=fields["n_embd"],
+        depth=fields["n_layer"],
+        num_heads=fields["n_head"],
+        mlp_ratio=4.0,
+        qkv_bias=True,
+    )  # dropouts default to 0; final norm before the cls pool, as normlab's Pre-LN ViT
+
+    def describe(m: nn.Module, pos: torch.Tensor) -> dict:
+        b = m.blocks[0]
+        n = sum(p.numel() for p in m.parameters())
+        return dict(
+            layers=len(m.blocks), pos=tuple(pos.shape), mlp=b.mlp.fc1.out_features, params=n
+        )
+
+    check_same(describe(ours, ours.pos_emb), describe(ref, ref.pos_embed), "ViT vs timm")
+    ours.to(bc.device), ref.to(bc.device)
+    shape = (batch, fields["in_chans"], fields["image_size"], fields["image_size"])
+    images = torch.randn(shape, device=bc.device)
+    labels = torch.randint(0, 10, (batch,), device=bc.device)
+    ours_loss = maybe_compile(lambda: ours(images, labels)[1], bc)
+    ref_loss = maybe_compile(lambda: F.cross_entropy(ref(images), labels), bc)
+    steps = {"normlab": train_step(ours, ours_loss, bc), "timm": train_step(ref, ref_loss, bc)}
+    for step in steps.values():
+        warm(step, bc)
+    f = fields
+    note = f"{f['image_size']}px/{f['patch_size']} L{f['n_layer']} d{f['n_embd']} B{batch}"
+    return speed_results("vit", interleaved(steps, bc), "timm", batch, "img/s", note)
+
+
+# ---------------------------------------------------------------- norms and placements
+class NaiveRMSNorm(nn.Module):
+    """RMSNorm in elementary ops: the unfused reference for F.rms_norm."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """y = x r w with r = 1/sqrt(mean(x^2) + eps), and the closed-form backward
+    dx = r (g w - xhat mean(g w xhat)): what an unfused RMSNorm backward can cost."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = x * r
+        ctx.save_for_backward(xhat, r, weight)
+        return xhat * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        xhat, r, weight = ctx.saved_tensors
+        gw = (grad * xhat).flatten(0, -2).sum(0)
+        gxhat = grad * weight
+        return r * (gxhat - xhat * (gxhat * xhat).mean(-1, keepdim=True)), gw, None
+
+
+class ClosedFormRMSNorm(NaiveRMSNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return RMSNormFunction.apply(x, self.weight, self.eps)
+
+
+# Reference norms next to the registry's: unfused elementary ops, and a closed-form backward.
+EXTRA_NORMS = {"naive_rmsnorm": NaiveRMSNorm, "closed_form_rmsnorm": ClosedFormRMSNorm}
+
+
+def bench_norms(bc: BenchConfig) -> list[Result]:
+    """Forward + backward of every registered norm and the reference RMSNorms on (B, T, C)."""
+    out = []
+    for shape in NORM_SHAPES[bc.size]:
+        x, grad = torch.randn(shape, device=bc.device), torch.randn(shape, device=bc.device)
+        fns, skipped = {}, []
+        for name in [*NORMS, *EXTRA_NORMS]:
+            try:
+                make = EXTRA_NORMS.get(name) or (lambda dim, name=name: build_norm(name, dim))
+                norm = make(shape[-1]).to(bc.device)
+
+                def fn(norm: nn.Module = norm, x: torch.Tensor = x, g: torch.Tensor = grad) -> None:
+                    norm(x.detach().requires_grad_()).backward(g)
+
+                warm(fn, bc)
+                fns[f"{name} {shape}"] = fn
+            except Exception as err:
+                skipped.append(skip("norms", f"{name} {shape}", one_line(err)))
+        note = "forward+backward, vs layernorm"
+        out += speed_results("norms", interleaved(fns, bc), f"layernorm {shape}", 0, "ms", note)
+        out += skipped
+    return out
+
+
+def bench_placements(bc: BenchConfig) -> list[Result]:
+    """Whole-model training step of every registered placement x norm the GPT accepts."""
+    s = GRID_SIZES[bc.size]
+    x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    combos, refused = [], {}
+    for norm in NORMS:
+        for placement in PLACEMENTS:
+            try:
+                normlab_gpt(replace(s, n_layer=1), placement, norm)
+                combos.append((placement, norm))
+            except ValueError as err:
+                refused.setdefault((norm, one_line(err)), []).append(placement)
+
+    def build(placement: str, norm: str) -> Callable[[], None]:
+        torch.manual_seed(0)
+        model = normlab_gpt(s, placement, norm).to(bc.device)
+        step = train_step(model, lambda: model(x, y)[1], bc)
+        warm(step, bc)
+        return step
+
+    if bc.device == "cuda":  # one model at a time (memory); GPU timings need no alternation
+        times = {}
+        for p, n in combos:
+            times.update(interleaved({f"{p}/{n}": build(p, n)}, bc))
+            torch.cuda.empty_cache()
+    else:
+        times = interleaved({f"{p}/{n}": build(p, n) for p, n in combos}, bc)
+    note = f"L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, vs pre/layernorm"
+    out = speed_results(
+        "placements", times, "pre/layernorm", s.batch_size * s.block_size, "tok/s", note
+    )
+    for (norm, why), places in refused.items():
+        where = "*" if len(places) == len(PLACEMENTS) else ",".join(places)
+        out.append(skip("placements", f"{where}/{norm}", f"refused: {why}"))
+    return out

@@ -1,0 +1,244 @@
+"""The training-loop sections: train.run's steady-state step against a raw loop of the same
+work without Lightning (marginal time per step, so setup cancels), the probe callbacks' overhead
+as scripts/bench_probes.py measures it, and peak memory: this process, a short default train.py
+job, and CPU training steps of the GPU configuration, each child polled for its peak RSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import inspect
+import io
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from scripts.bench_core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
+from scripts.bench_models import normlab_gpt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- Lightning overhead
+def compose_train_cfg(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def raw_loop(cfg) -> None:
+    """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
+    device and precision, for trainer.max_steps steps."""
+    from models.run import (
+        build_data,
+        build_model,
+        build_optim,
+        compile_mode,
+        model_spec,
+        set_threads,
+    )
+    from models.tasks import OPTIMIZERS, lr_multiplier, param_groups
+
+    set_threads(cfg.num_threads)
+    torch.use_deterministic_algorithms(bool(cfg.trainer.get("deterministic")))  # as the Trainer
+    torch.manual_seed(cfg.seed)
+    spec = model_spec(cfg)
+    dm = build_data(cfg, spec)
+    device = "cuda" if cfg.trainer.accelerator == "gpu" else "cpu"
+    model = build_model(cfg, spec, dm).to(device)
+    if compile_mode(cfg.compile):
+        model.compile(mode=compile_mode(cfg.compile))
+    optim, steps = build_optim(cfg), cfg.trainer.max_steps
+    opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
+    bf16 = "bf16" in str(cfg.trainer.precision)
+    batches = iter(dm.train_dataloader())
+    for _ in range(steps):
+        inputs, targets = (t.to(device) for t in next(batches))
+        with torch.autocast(device, torch.bfloat16, enabled=bf16):
+            _, loss = model(inputs, targets)
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        float(loss.detach())  # the task logs the loss: one sync per step either way
+
+
+def logged_throughput(run_dir: Path, from_step: int) -> float:
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    key = "throughput/tokens_per_s"
+    return statistics.median(
+        float(r[key]) for r in rows if r.get(key) and int(r["step"]) >= from_step
+    )
+
+
+def bench_lightning(bc: BenchConfig) -> list[Result]:
+    """Steady-state step of train.run vs a raw loop, both as marginal time per step: a long run
+    minus a short one, so setup cancels and everything Lightning adds per step stays. The run's
+    own throughput metric (training_step through the optimizer step, wall clock) is listed too."""
+    if not (ROOT / "train.py").exists():
+        return [skip("lightning", "train.run", "train.py not found")]
+    import train
+
+    short, long = (3, 10) if bc.quick else (5, 25)  # both end before the first validation (100)
+    # Short runs: a warmup longer than the run is refused; the LR never changes the step's cost.
+    base = ["logger=csv", "trainer.enable_checkpointing=false", "optim.warmup_steps=1"]
+    base.append(f"num_threads={torch.get_num_threads()}")  # else train.run takes every core
+    s = GPT_SIZES[bc.size]  # the gpt section's model, on the default job's text
+    base += [f"model.{k}={getattr(s, k)}" for k in ("n_layer", "n_head", "n_embd", "block_size")]
+    base += [f"data.batch_size={s.batch_size}", "model.init=gpt2"]
+    base += ["trainer.log_every_n_steps=1"] if bc.quick else []
+    base += ["trainer=gpu"] if bc.device == "cuda" else []
+    base += ["trainer.precision=bf16-mixed"] if bc.precision == "bf16" else []
+    base += ["compile=true"] if bc.compile else []
+    clock = CLOCKS[bc.clock]
+    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    secs: dict[tuple[str, int], list[float]] = {}
+    logged = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for rep in range(1 if bc.quick else 2):
+                for steps in (short, long):
+                    run_dir = Path(tmp) / f"{rep}-{steps}"
+                    over = [*base, f"trainer.max_steps={steps}", f"run_dir={run_dir}"]
+                    cfg = compose_train_cfg(over)
+                    for name, fn in (("train.run", train.run), ("raw loop", raw_loop)):
+                        start = clock()
+                        fn(cfg)
+                        secs.setdefault((name, steps), []).append(clock() - start)
+                        torch.use_deterministic_algorithms(deterministic)  # both turn it on
+                logged.append(logged_throughput(run_dir, from_step=short))
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
+    tokens = cfg.data.batch_size * cfg.model.block_size
+    size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} B{s.batch_size}"
+    note = f"{size}, {cfg.trainer.precision}, marginal per step over {short}-{long}"
+    out, tps = [], {}
+    for name in ("raw loop", "train.run"):
+        extra = statistics.median(secs[name, long]) - statistics.median(secs[name, short])
+        if extra <= 0:  # a tiny quick run: setup noise can exceed the extra steps
+            out.append(skip("lightning", name, "run-length difference lost in noise"))
+        else:
+            tps[name] = tokens * (long - short) / extra
+    tps["train.run logged"] = statistics.median(logged)
+    raw = tps.get("raw loop")
+    for name, value in tps.items():
+        ratio = raw and value / raw
+        if name == "train.run logged":  # a wall-clock rate: no ratio to CPU-time rates
+            note = "throughput/tokens_per_s: training_step to optimizer step, wall clock"
+            ratio = ratio if bc.clock == "wall" else None
+        out.append(Result("lightning", name, value, "tok/s", ratio, None, note))
+    return out
+
+
+# ---------------------------------------------------------------- probes and memory
+def bench_probes(bc: BenchConfig) -> list[Result]:
+    """scripts/bench_probes.py's plain vs probed step, read from what it prints."""
+    if not (ROOT / "scripts" / "bench_probes.py").exists():
+        return [skip("probes", "bench_probes", "scripts/bench_probes.py not found")]
+    from scripts import bench_probes
+
+    args = ["--device", bc.device]
+    if bc.quick:
+        args += ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4"]
+        args += ["--steps-per-block", "2", "--blocks", "2"]
+    buf, argv = io.StringIO(), sys.argv
+    with contextlib.redirect_stdout(buf):
+        if inspect.signature(bench_probes.main).parameters:
+            bench_probes.main(args)
+        else:  # it parses sys.argv
+            sys.argv = ["bench_probes", *args]
+            try:
+                bench_probes.main()
+            finally:
+                sys.argv = argv
+    text = buf.getvalue()
+    ms = dict(re.findall(r"^(plain|probed)\s+([\d.]+) ms/step", text, re.M))
+    if set(ms) != {"plain", "probed"}:
+        raise RuntimeError(f"bench_probes printed no plain/probed ms/step lines: {text[-200:]!r}")
+    plain, probed = float(ms["plain"]), float(ms["probed"])
+    return [
+        Result("probes", "plain step", plain, "ms", 1.0, note="bench_probes defaults"),
+        Result(
+            "probes",
+            "probed step",
+            probed,
+            "ms",
+            plain / probed,
+            note="probes at default intervals",
+        ),
+    ]
+
+
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM, the peak resident set of the process's current image (it starts at exec)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise OSError(f"no VmHWM for pid {pid}")
+
+
+def peak_rss_of(args: list[str], what: str) -> float:
+    """Run `args` from the repository root and return its peak RSS in MiB. The child is polled:
+    its rusage would start from this process's peak (Linux copies the parent's high-water mark
+    at exec)."""
+    with tempfile.TemporaryFile("w+") as err:
+        env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        peak = 0
+        while proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):  # between exec and exit
+                peak = max(peak, peak_rss_kib(proc.pid))
+            time.sleep(0.05)
+        err.seek(0)
+        last = err.read().strip().splitlines()[-1:]
+    if proc.returncode != 0 or not peak:
+        raise RuntimeError(f"{what} exited with {proc.returncode}: {last}")
+    return peak / 1024
+
+
+def gpt_steps(size: str, steps: int = 2) -> None:
+    """`steps` fp32 training steps of normlab's GPT at GPT_SIZES[size] on the CPU (AdamW's
+    state exists from the first step on): what the memory section measures in a subprocess."""
+    s = GPT_SIZES[size]
+    model = normlab_gpt(s)
+    x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size))
+    step = train_step(model, lambda: model(x, x)[1], BenchConfig())
+    for _ in range(steps):
+        step()
+
+
+def bench_memory(bc: BenchConfig) -> list[Result]:
+    """Peak RSS of this process so far, of a short default train.py job, and of CPU training
+    steps of the GPU configuration (GPT-2 small), each in a subprocess."""
+    mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    out = [Result("memory", "bench process peak RSS", mib, "MiB", note="the sections run before")]
+    if not (ROOT / "train.py").exists():
+        return [*out, skip("memory", "train.py peak RSS", "train.py not found")]
+    steps = 3 if bc.quick else 20
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "train.py", f"trainer.max_steps={steps}", f"hydra.run.dir={tmp}"]
+        args.append("optim.warmup_steps=1")  # a warmup longer than the run is refused
+        args += ["logger=csv", "num_threads=1"] if bc.quick else []  # seconds, not half a minute
+        peak = peak_rss_of(args, "train.py")
+    job = "default job, csv logger" if bc.quick else "default job"
+    note = f"{job}, {steps} steps (wandb's service process not counted)"
+    out.append(Result("memory", "train.py peak RSS", peak, "MiB", note=note))
+    size = "quick" if bc.quick else "cuda"
+    code = f"from scripts.bench_train import gpt_steps; gpt_steps({size!r})"
+    peak = peak_rss_of([sys.executable, "-c", code], "gpt_steps")
+    s = GPT_SIZES[size]
+    note = f"GPU config L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, CPU fp32, 2 steps"
+    return [*out, Result("memory", "GPT steps peak RSS", peak, "MiB", note=note)]
