@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 import torch
 
-from scripts.bench_core import CLOCKS, BenchConfig, Result, one_line
+from scripts.bench_core import CLOCKS, BenchConfig, Result, keep_freed_memory, one_line
 from scripts.bench_models import bench_gpt, bench_norms, bench_placements, bench_vit
 from scripts.bench_train import bench_lightning, bench_memory, bench_probes
 
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device == "cuda":  # TF32 for the fp32 matmuls left outside autocast
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    kept = keep_freed_memory()  # allocations then cost every contender alike
     results, seconds, saved_threads = [], {}, torch.get_num_threads()
     torch.set_num_threads(threads or saved_threads)
     try:
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
             except Exception as err:
                 results.append(Result(name, name, None, note=one_line(err), status="error"))
             seconds[name] = round(time.perf_counter() - start, 1)
-        meta = {**metadata(bc), "section_s": seconds}
+        meta = {**metadata(bc), "malloc_keeps_freed_memory": kept, "section_s": seconds}
     finally:
         torch.set_num_threads(saved_threads)
     print_table(results)
