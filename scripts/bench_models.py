@@ -36,6 +36,7 @@ from scripts.bench_core import (
     train_step,
     warm,
 )
+from scripts.plain_gpt import describe_plain, plain_like
 
 PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the MFU denominator
 
@@ -151,21 +152,27 @@ def flops_per_token(m: GPT) -> float:
 
 
 def gpt_contenders(s: LMSize, ours_act: str, hf_act: str, bc: BenchConfig):
-    """normlab's GPT and GPT-2 with one activation: configurations and logits checked equal."""
+    """normlab's GPT, a plain GPT and GPT-2 with one activation, normlab's weights in all three:
+    configurations checked equal field by field, logits (GPT-2) and loss (plain) on a probe."""
     torch.manual_seed(0)
     ours, hf = normlab_gpt(s, activation=ours_act), hf_gpt2(s, hf_act)
+    plain = plain_like(ours)
     check_same(describe_gpt(ours), describe_hf_gpt2(hf), "GPT vs GPT2LMHeadModel")
+    check_same(describe_gpt(ours), describe_plain(plain), "GPT vs plain GPT")
     copy_gpt_to_hf(ours, hf)
     probe = torch.randint(0, s.vocab_size, (1, min(64, s.block_size)))
     with torch.no_grad():  # no dropout anywhere, so train mode computes the same function
-        gap = (ours(probe)[0] - hf(input_ids=probe).logits).abs().max().item()
+        logits, loss = ours(probe, probe)
+        gap = (logits - hf(input_ids=probe).logits).abs().max().item()
+        gap = max(gap, (loss - plain(probe, probe)).abs().item())
     if gap > 1e-4:
-        raise RuntimeError(f"GPT and GPT2LMHeadModel disagree on the same weights by {gap:.2e}")
-    return ours.to(bc.device), hf.to(bc.device)
+        raise RuntimeError(f"the GPTs disagree on the same weights by {gap:.2e}")
+    return ours.to(bc.device), plain.to(bc.device), hf.to(bc.device)
 
 
 def bench_gpt(bc: BenchConfig) -> list[Result]:
-    """Training steps of normlab's GPT and GPT-2, once per activation pair, all alternating."""
+    """Training steps of normlab's GPT, a plain GPT and GPT-2, once per activation pair, all
+    alternating; ratios to GPT-2 with the same activation."""
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -175,7 +182,7 @@ def bench_gpt(bc: BenchConfig) -> list[Result]:
     y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
     models, steps, mem = {}, {}, {}
     for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
-        ours, hf = gpt_contenders(s, ours_act, hf_act, bc)
+        ours, plain, hf = gpt_contenders(s, ours_act, hf_act, bc)
 
         def hf_loss(x: torch.Tensor, y: torch.Tensor, hf: nn.Module = hf) -> torch.Tensor:
             # The loss normlab's forward computes: mean cross-entropy over all (B, T) positions.
@@ -183,6 +190,7 @@ def bench_gpt(bc: BenchConfig) -> list[Result]:
 
         for name, model, loss in (
             ("normlab", ours, lambda x, y, ours=ours: ours(x, y)[1]),
+            ("plain_gpt", plain, plain),
             ("hf_gpt2", hf, hf_loss),
         ):
             loss = maybe_compile(loss, bc)
@@ -193,7 +201,7 @@ def bench_gpt(bc: BenchConfig) -> list[Result]:
     size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} V{s.vocab_size} B{s.batch_size}"
     times, out = interleaved(steps, bc), []
     for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
-        pair = {k: times[k] for k in (f"normlab{suffix}", f"hf_gpt2{suffix}")}
+        pair = {k: times[k] for k in (f"normlab{suffix}", f"plain_gpt{suffix}", f"hf_gpt2{suffix}")}
         note = f"{size}, {bc.precision}, activation {ours_act} / {hf_act}"
         out += speed_results("gpt", pair, f"hf_gpt2{suffix}", tokens, "tok/s", note)
     for r in list(out):

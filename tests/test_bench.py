@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.norms import RMSNorm
-from scripts import bench, bench_core, bench_models
+from scripts import bench, bench_core, bench_models, plain_gpt
 
 
 def test_quick_mode_runs_every_section(tmp_path):
@@ -39,7 +39,9 @@ def test_quick_mode_runs_every_section(tmp_path):
     else:
         names = {r["name"] for r in gpt if r["status"] == "ok"}
         assert {
-            f"{m}{suffix}" for m in ("normlab", "hf_gpt2") for suffix in bench_models.GPT_PAIRS
+            f"{m}{suffix}"
+            for m in ("normlab", "plain_gpt", "hf_gpt2")
+            for suffix in bench_models.GPT_PAIRS
         } <= names
 
 
@@ -109,6 +111,22 @@ def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
         idx = torch.randint(0, s.vocab_size, (2, s.block_size))
         with torch.no_grad():
             torch.testing.assert_close(ours(idx)[0], hf(input_ids=idx).logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_plain_gpt_has_the_configuration_and_computes_the_same_loss_and_gradients(activation):
+    s = bench_core.GPT_SIZES["quick"]
+    torch.manual_seed(0)
+    ours = bench_models.normlab_gpt(s, activation=activation)
+    plain = plain_gpt.plain_like(ours)
+    a = bench_models.describe_gpt(ours)
+    assert a == plain_gpt.describe_plain(plain) and a["params"] == expected_gpt2_params(s)
+    idx = torch.randint(0, s.vocab_size, (2, s.block_size))
+    ours_loss, plain_loss = ours(idx, idx)[1], plain(idx, idx)
+    torch.testing.assert_close(ours_loss, plain_loss)
+    ours_loss.backward(), plain_loss.backward()
+    torch.testing.assert_close(ours.blocks[0].mlp.fc1.weight.grad, plain.blocks[0].fc.weight.grad)
+    torch.testing.assert_close(ours.tok_emb.weight.grad, plain.wte.weight.grad)
 
 
 def test_configuration_check_catches_a_difference():
