@@ -49,6 +49,7 @@ from models.resume import (
 )
 from models.run import (
     ConfigError,
+    allow_tf32,
     base_summary,
     build_callbacks,
     build_data,
@@ -73,6 +74,7 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
     try:  # a bad name or value fails here, before any training
         check_run_length(cfg)
         mode = compile_mode(cfg.compile)
+        allow_tf32(str(cfg.trainer.get("accelerator", "auto")))
         spec = model_spec(cfg)
         probes, divergence = build_probe_configs(cfg)
         dm = build_data(cfg, spec)

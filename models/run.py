@@ -234,6 +234,13 @@ def compile_mode(value: object) -> str | None:
     return str(value)
 
 
+def allow_tf32(accelerator: str) -> None:
+    """TF32 for the fp32 matmuls and convolutions left outside autocast, on GPUs only."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
 def set_threads(num_threads: int | None) -> int:
     """All cores this process may use unless configured (torch defaults to physical cores)."""
     n = num_threads

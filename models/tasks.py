@@ -94,7 +94,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_adamw(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    """AdamW; the fused CUDA implementation when every parameter is on a GPU."""
+    groups = list(groups)
+    params = [p for g in groups for p in g["params"]]
+    fused = True if params and all(p.is_cuda for p in params) else None
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
 
 
 OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimizer]] = {

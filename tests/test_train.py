@@ -30,11 +30,12 @@ from models.run import (
     NORM_KEYS,
     PLACEMENT_KEYS,
     ConfigError,
+    allow_tf32,
     build_optim,
     build_probe_configs,
     from_node,
 )
-from models.tasks import LanguageModelTask, OptimConfig, TrainTask
+from models.tasks import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -118,6 +119,22 @@ def test_unknown_key_and_wrong_data_kind_fail_with_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------- optimizer and schedule
+def test_gpu_speed_settings_stay_off_the_cpu(monkeypatch):
+    """Fused AdamW and TF32 are for GPUs: on CPU parameters and accelerators nothing changes."""
+    model = nn.Linear(4, 4)
+    opt = OPTIMIZERS["adamw"](param_groups(model, 0.1), OptimConfig())
+    assert opt.defaults["fused"] is None and len(opt.param_groups) == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        for accelerator in ("cpu", "auto"):
+            allow_tf32(accelerator)
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        allow_tf32("gpu")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def lrs_over(optim: OptimConfig, total: int, steps: int) -> list[float]:
