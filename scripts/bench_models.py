@@ -36,7 +36,7 @@ from scripts.bench_core import (
     train_step,
     warm,
 )
-from scripts.plain_gpt import describe_plain, plain_like
+from scripts.plain_gpt import describe, describe_plain, plain_like
 
 PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the MFU denominator
 
@@ -95,53 +95,36 @@ def hf_gpt2(s: LMSize, activation: str = "gelu") -> nn.Module:
 
 def describe_gpt(m: GPT) -> dict:
     b = m.blocks[0]
-    return dict(
-        n_layer=len(m.blocks),
-        n_head=b.attn.n_head,
-        n_embd=m.tok_emb.embedding_dim,
-        block_size=m.pos_emb.num_embeddings,
-        vocab_size=m.tok_emb.num_embeddings,
-        mlp_hidden=b.mlp.fc1.out_features,
-        tied=m.lm_head.weight is m.tok_emb.weight,
-        gelu=GELU_FORMS.get(b.mlp.activation, b.mlp.activation),
-        attention="sdpa",
-        params=m.num_params(),
-    )
+    gelu = GELU_FORMS.get(b.mlp.activation, b.mlp.activation)
+    mlp = b.mlp.fc1.out_features
+    return describe(m, m.blocks, b.attn.n_head, m.tok_emb, m.pos_emb, m.lm_head, mlp, gelu, "sdpa")
 
 
 def describe_hf_gpt2(m: nn.Module) -> dict:
     t, cfg = m.transformer, m.config
-    return dict(
-        n_layer=len(t.h),
-        n_head=cfg.n_head,
-        n_embd=t.wte.embedding_dim,
-        block_size=t.wpe.num_embeddings,
-        vocab_size=t.wte.num_embeddings,
-        mlp_hidden=t.h[0].mlp.c_fc.weight.shape[1],  # Conv1D weights are (in, out)
-        tied=m.lm_head.weight is t.wte.weight,
-        gelu=GELU_FORMS.get(cfg.activation_function, cfg.activation_function),
-        attention=cfg._attn_implementation,
-        params=sum(p.numel() for p in m.parameters()),
+    gelu = GELU_FORMS.get(cfg.activation_function, cfg.activation_function)
+    mlp = t.h[0].mlp.c_fc.weight.shape[1]  # Conv1D weights are (in, out)
+    return describe(
+        m, t.h, cfg.n_head, t.wte, t.wpe, m.lm_head, mlp, gelu, cfg._attn_implementation
     )
 
 
 @torch.no_grad()
 def copy_gpt_to_hf(ours: GPT, hf: nn.Module) -> None:
-    """Load normlab's weights into GPT-2 (Conv1D stores W^T; c_attn is [q; k; v])."""
-    t = hf.transformer
-    t.wte.weight.copy_(ours.tok_emb.weight)
-    t.wpe.weight.copy_(ours.pos_emb.weight)
-    t.ln_f.load_state_dict(ours.final_norm.state_dict())
-    for b, h in zip(ours.blocks, t.h, strict=True):
-        a = b.attn
-        h.ln_1.load_state_dict(b.attn_pre.state_dict())
-        h.ln_2.load_state_dict(b.mlp_pre.state_dict())
-        h.attn.c_attn.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).T)
-        h.attn.c_attn.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
-        pairs = ((h.attn.c_proj, a.out_proj), (h.mlp.c_fc, b.mlp.fc1), (h.mlp.c_proj, b.mlp.fc2))
-        for conv, linear in pairs:
-            conv.weight.copy_(linear.weight.T)
-            conv.bias.copy_(linear.bias)
+    """Load normlab's weights into GPT-2 by way of the plain GPT, whose layout is GPT-2's
+    (q, k, v stacked in one projection) but with Linears where GPT-2 has Conv1D (W^T)."""
+    plain, t = plain_like(ours), hf.transformer
+    same = [(t.wte, plain.wte), (t.wpe, plain.wpe), (t.ln_f, plain.ln_f)]
+    transposed = []
+    for p, h in zip(plain.blocks, t.h, strict=True):
+        same += [(h.ln_1, p.ln_1), (h.ln_2, p.ln_2)]
+        transposed += [(h.attn.c_attn, p.qkv), (h.attn.c_proj, p.proj)]
+        transposed += [(h.mlp.c_fc, p.fc), (h.mlp.c_proj, p.out)]
+    for dst, src in same:
+        dst.load_state_dict(src.state_dict())
+    for conv, linear in transposed:
+        conv.weight.copy_(linear.weight.T)
+        conv.bias.copy_(linear.bias)
 
 
 def flops_per_token(m: GPT) -> float:

@@ -69,17 +69,33 @@ def plain_like(ours: GPT) -> PlainGPT:
     return plain
 
 
+def describe(
+    model: nn.Module,
+    blocks: nn.ModuleList,
+    n_head: int,
+    wte: nn.Embedding,
+    wpe: nn.Embedding,
+    head: nn.Module,
+    mlp_hidden: int,
+    gelu: str,
+    attention: str,
+) -> dict:
+    """The fields the benchmark compares between GPT implementations."""
+    return dict(
+        n_layer=len(blocks),
+        n_head=n_head,
+        n_embd=wte.embedding_dim,
+        block_size=wpe.num_embeddings,
+        vocab_size=wte.num_embeddings,
+        mlp_hidden=mlp_hidden,
+        tied=head.weight is wte.weight,
+        gelu=gelu,
+        attention=attention,
+        params=sum(p.numel() for p in model.parameters()),  # shared tensors once
+    )
+
+
 def describe_plain(m: PlainGPT) -> dict:
     b = m.blocks[0]
-    return dict(
-        n_layer=len(m.blocks),
-        n_head=b.n_head,
-        n_embd=m.wte.embedding_dim,
-        block_size=m.wpe.num_embeddings,
-        vocab_size=m.wte.num_embeddings,
-        mlp_hidden=b.fc.out_features,
-        tied=m.head.weight is m.wte.weight,
-        gelu="exact" if b.approximate == "none" else b.approximate,
-        attention="sdpa",
-        params=sum(p.numel() for p in m.parameters()),
-    )
+    gelu = "exact" if b.approximate == "none" else b.approximate
+    return describe(m, m.blocks, b.n_head, m.wte, m.wpe, m.head, b.fc.out_features, gelu, "sdpa")
