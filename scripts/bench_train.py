@@ -236,6 +236,8 @@ def bench_memory(bc: BenchConfig) -> list[Result]:
     job = "default job, csv logger" if bc.quick else "default job"
     note = f"{job}, {steps} steps (wandb's service process not counted)"
     out.append(Result("memory", "train.py peak RSS", peak, "MiB", note=note))
+    if bc.device == "cuda":  # the gpt section reports each model's GPU peak memory
+        return out
     size = "quick" if bc.quick else "cuda"
     code = f"from scripts.bench_train import gpt_steps; gpt_steps({size!r})"
     peak = peak_rss_of([sys.executable, "-c", code], "gpt_steps")
