@@ -37,7 +37,8 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * gamma (Zhang & Sennrich 2019): no centring, no bias.
 
-    float32 CPU tensors go through normlab's fused kernel (models/kernels.py), others F.rms_norm.
+    float32 and bfloat16 CPU inputs go through normlab's fused kernel (models/kernels.py), others
+    through F.rms_norm.
     """
 
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
