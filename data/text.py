@@ -85,13 +85,13 @@ def _hub_address() -> tuple[str, int]:
     return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
 
 
-def _hub_reachable(timeout: float) -> bool:
-    """TCP connect to the hub, in a thread so that slow DNS cannot stall us past ``timeout``."""
+def reachable(host: str, port: int, timeout: float) -> bool:
+    """TCP connect within ``timeout`` seconds, in a thread so that slow DNS cannot stall us."""
     ok: list[bool] = []
 
     def probe() -> None:
         try:
-            socket.create_connection(_hub_address(), timeout=timeout).close()
+            socket.create_connection((host, port), timeout=timeout).close()
             ok.append(True)
         except OSError:
             pass
@@ -117,7 +117,7 @@ def load_hub_dataset(hf_id: str, hf_config: str | None, split: str, fallback: st
     # A flag set after `datasets` was imported is unknown to it: it would still use the network.
     if offline and not datasets.config.HF_HUB_OFFLINE:
         raise ConnectionError(not_cached)
-    if not offline and not _hub_reachable(HUB_TIMEOUT_S):
+    if not offline and not reachable(*_hub_address(), HUB_TIMEOUT_S):
         raise ConnectionError(
             f"{where}: cannot reach {_hub_address()[0]} (tried {HUB_TIMEOUT_S:g}s); "
             f"go online, or {fallback}"

@@ -11,8 +11,6 @@ shows ``val/loss`` as its minimum (``val/acc`` as its maximum) and the run's ``s
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -21,6 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
+from data.text import reachable
 from models.resume import ResumableCSVLogger
 
 LOGGERS = ("csv", "wandb")
@@ -51,23 +50,6 @@ def wandb_group(cfg: DictConfig) -> str | None:
     if hydra_cfg.mode == RunMode.MULTIRUN:
         return "sweep-" + "-".join(Path(hydra_cfg.sweep.dir).parts[-2:])
     return None
-
-
-def reachable(host: str, port: int, timeout: float) -> bool:
-    """TCP connect within ``timeout`` seconds, in a thread so that slow DNS cannot stall us."""
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(ok)
 
 
 def check_wandb_online(mode: str | None) -> None:
