@@ -11,6 +11,7 @@ import pytest
 
 from scripts import findings, reproduce
 from scripts.findings import FINDINGS, evaluate
+from tests.reports import seed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -62,15 +63,7 @@ def test_command_line_sweep_replaces_experiment_params() -> None:
 # --- verdicts on known numbers ----------------------------------------------------------------
 def row(losses: list[float | None], **params) -> dict:
     """A report.json variant: one run per loss; None = a diverged run."""
-    runs = [
-        {
-            "run_dir": "-",
-            "seed": i,
-            "status": "diverged" if x is None else "completed",
-            "best_val_loss": x,
-        }
-        for i, x in enumerate(losses)
-    ]
+    runs = seed_runs(losses)
     label = " ".join(f"{k}={v}" for k, v in params.items())
     return {"label": label, "params": params, "runs": runs, "throughput": {"mean": 100.0}}
 

@@ -10,6 +10,7 @@ import pytest
 
 from scripts import findings, reproduce
 from scripts.findings import evaluate
+from tests.reports import seed_runs
 
 PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "mix", "b2t", "rezero"]
 
@@ -147,15 +148,7 @@ def f7_report(accs: dict[str, dict[int, list[float | None]]]) -> dict:
     rows = []
     for norm, by_batch in accs.items():
         for batch, per_seed in by_batch.items():
-            runs = [
-                {
-                    "run_dir": "-",
-                    "seed": i,
-                    "status": "diverged" if a is None else "completed",
-                    "best_val_acc": a,
-                }
-                for i, a in enumerate(per_seed)
-            ]
+            runs = seed_runs(per_seed, "best_val_acc")
             params = {"norm": norm, "data.batch_size": batch}
             rows.append({"label": f"{norm} b{batch}", "params": params, "runs": runs})
     return {"variants": rows}
@@ -193,15 +186,7 @@ def test_f7_pass_and_fail() -> None:
 def depth_report(losses: dict[tuple[str, int], list[float | None]]) -> dict:
     rows = []
     for (placement, depth), per_seed in losses.items():
-        runs = [
-            {
-                "run_dir": "-",
-                "seed": i,
-                "status": "diverged" if x is None else "completed",
-                "best_val_loss": x,
-            }
-            for i, x in enumerate(per_seed)
-        ]
+        runs = seed_runs(per_seed)
         params = {"placement": placement, "n_layer": depth}
         rows.append({"label": f"{placement} L{depth}", "params": params, "runs": runs})
     return {"variants": rows}
