@@ -28,26 +28,7 @@ import hydra
 import lightning.pytorch as L
 from omegaconf import DictConfig, OmegaConf
 
-from models.divergence import Divergence
-from models.init_probe import format_table, init_probe, write_probe_json
-from models.launch import (
-    ChoiceError,
-    check_choices,
-    end_process_group,
-    in_multirun,
-    launch_scope,
-    launched_as_rank_zero,
-)
-from models.loggers import build_loggers, finish_wandb
-from models.resume import (
-    ResumePlan,
-    check_fits,
-    plan_resume,
-    result_config,
-    set_aside,
-    wandb_run_id,
-)
-from models.run import (
+from training.build import (
     ConfigError,
     allow_tf32,
     base_summary,
@@ -64,6 +45,25 @@ from models.run import (
     result_line,
     set_threads,
     write_summary,
+)
+from training.divergence import Divergence
+from training.init_probe import format_table, init_probe, write_probe_json
+from training.launch import (
+    ChoiceError,
+    check_choices,
+    end_process_group,
+    in_multirun,
+    launch_scope,
+    launched_as_rank_zero,
+)
+from training.loggers import build_loggers, finish_wandb
+from training.resume import (
+    ResumePlan,
+    check_fits,
+    plan_resume,
+    result_config,
+    set_aside,
+    wandb_run_id,
 )
 
 BUILD_ERRORS = (TypeError, ValueError, OSError)  # OSError: missing files, offline hub
@@ -113,7 +113,7 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
 
 
 def probe_at_init(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> dict:
-    """F1's quantities at init (models/init_probe.py) on K real train batches; no training."""
+    """F1's quantities at init (training/init_probe.py) on K real train batches; no training."""
     node = cfg.init_probe
     try:
         if node.batches < 1 or node.batch_size < 1:

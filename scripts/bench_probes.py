@@ -22,7 +22,7 @@ from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from models.probes import ProbeConfig, build_callbacks
+from training.probes import ProbeConfig, build_callbacks
 
 
 class Holder(nn.Module):

@@ -39,7 +39,7 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from models.run import (
+    from training.build import (
         build_data,
         build_model,
         build_optim,
@@ -47,7 +47,7 @@ def raw_loop(cfg) -> None:
         model_spec,
         set_threads,
     )
-    from models.tasks import OPTIMIZERS, lr_multiplier, param_groups
+    from training.task import OPTIMIZERS, lr_multiplier, param_groups
 
     set_threads(cfg.num_threads)
     torch.use_deterministic_algorithms(bool(cfg.trainer.get("deterministic")))  # as the Trainer

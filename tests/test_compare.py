@@ -278,7 +278,7 @@ def test_empty_dir_fails_with_one_line(tmp_path: Path) -> None:
 
 
 def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
-    """models/init_probe.py's layout: seed-averaged runs holding {"mean", "std"} per quantity."""
+    """training/init_probe.py's layout: seed-averaged runs holding {"mean", "std"} per quantity."""
     runs = [
         {
             "placement": p, "n_layer": n, "n_samples": 3,

@@ -14,11 +14,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
-from models.divergence import Divergence, DivergenceConfig
 from models.gpt import GPT, GPTConfig
-from models.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
 from models.layers import Attention
-from models.probes import (
+from models.vit import ViT, ViTConfig
+from training.divergence import Divergence, DivergenceConfig
+from training.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
+from training.probes import (
     PROBES,
     ActNorm,
     MaxAttnLogit,
@@ -28,7 +29,6 @@ from models.probes import (
     max_attn_logit,
     run_forward_probes,
 )
-from models.vit import ViT, ViTConfig
 
 TINY = dict(vocab_size=23, block_size=8, n_layer=3, n_head=2, n_embd=16)
 EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import train
-from models.launch import ChoiceError, check_choices, group_options
-from models.resume import AtomicCheckpointIO, keep_rows_below
-from models.run import ConfigError
+from training.build import ConfigError
+from training.launch import ChoiceError, check_choices, group_options
+from training.resume import AtomicCheckpointIO, keep_rows_below
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

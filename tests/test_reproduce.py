@@ -209,7 +209,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert list(claims) == ["F1a", "F1b", "F1c", "F1d"]
     assert all(c["status"] in ("PASS", "FAIL") and c["measured"] for c in claims.values())
     assert record["n_runs"] == 3 and record["sweep_returncode"] == 0
-    # The slopes agree with models.init_probe's own fit over the same seed means.
+    # The slopes agree with training.init_probe's own fit over the same seed means.
     slopes = {}
     for probe in out.glob("*/probe.json"):
         slopes.update(json.loads(probe.read_text())["depth_slopes"])

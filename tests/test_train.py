@@ -21,11 +21,9 @@ from torch.utils.data import DataLoader
 import models.gpt
 import train
 from models.gpt import GPT
-from models.init_probe import measure_at_init
-from models.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from models.norms import NORMS
 from models.placement import PLACEMENTS
-from models.run import (
+from training.build import (
     MODELS,
     NORM_KEYS,
     PLACEMENT_KEYS,
@@ -35,7 +33,9 @@ from models.run import (
     build_probe_configs,
     from_node,
 )
-from models.tasks import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask, param_groups
+from training.init_probe import measure_at_init
+from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
+from training.task import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

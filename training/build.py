@@ -24,14 +24,14 @@ from torch import nn
 
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
-from models.divergence import DivergenceConfig
 from models.gpt import GPT, GPTConfig
-from models.loggers import WandbMetrics
-from models.probes import ProbeConfig
-from models.probes import build_callbacks as probe_callbacks
-from models.resume import AtomicCheckpointIO, PeriodicCheckpoint, default_every_n_steps
-from models.tasks import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
 from models.vit import ViT, ViTConfig
+from training.divergence import DivergenceConfig
+from training.loggers import WandbMetrics
+from training.probes import ProbeConfig
+from training.probes import build_callbacks as probe_callbacks
+from training.resume import AtomicCheckpointIO, PeriodicCheckpoint, default_every_n_steps
+from training.task import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")

@@ -14,7 +14,7 @@ grad_norm/fc2 of the last layer. Xiong's prediction: last_fc2 stays flat across 
 Post-LN and falls like 1/sqrt(L) for Pre-LN (``depth_slopes`` fits log last_fc2 against log L:
 about 0 and -0.5); act_norm is flat across layers for Post-LN and grows with the layer for Pre-LN.
 
-    python -m models.init_probe --placements post pre deepnorm --depths 2 6 12 24 48 --seeds 0 1 2
+    python -m training.init_probe --placements post pre deepnorm --depths 2 6 12 24 48 --seeds 0 1 2
 """
 
 from __future__ import annotations

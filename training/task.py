@@ -7,7 +7,7 @@ throughput, best/last metric tracking and divergence; the two tasks add only wha
 Every metric row of optimizer step s (train/loss, lr, throughput, and the probes) reaches the
 loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
 checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
-rows of steps below the checkpoint's step and logs the rest again (see models/resume.py).
+rows of steps below the checkpoint's step and logs the rest again (see training/resume.py).
 Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
 so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
 """
@@ -151,7 +151,7 @@ class TrainTask(L.LightningModule):
         self.optim = optim
         self.total_steps = total_steps
         self.seed = seed
-        # Saved with checkpoints: which metric rows were logged before (models/resume.py).
+        # Saved with checkpoints: which metric rows were logged before (training/resume.py).
         self.metrics_below, self.val_done_at = 0, None
         self.run_config: dict | None = None  # what produced this run, checked when resuming
         self.status = "completed"

@@ -20,7 +20,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from data.text import reachable
-from models.resume import ResumableCSVLogger
+from training.resume import ResumableCSVLogger
 
 LOGGERS = ("csv", "wandb")
 WANDB_TIMEOUT_S = 3.0
@@ -72,7 +72,7 @@ def build_loggers(
     wandb_id: str | None = None,
 ) -> list[Logger]:
     """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from its
-    checkpoint's ``cut`` (models/resume.py) and the wandb run ``wandb_id``."""
+    checkpoint's ``cut`` (training/resume.py) and the wandb run ``wandb_id``."""
     node = cfg.get("logger") or {}
     unknown = sorted(set(node) - set(LOGGERS))
     if unknown:

@@ -33,7 +33,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from models.divergence import Divergence, DivergenceConfig
+from training.divergence import Divergence, DivergenceConfig
 
 # ------------------------------------------------------------------ pure-torch measurements
 
