@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 
 import models.gpt
 import train
+from tests.test_reliability import metric_rows
 from training.errors import ConfigError, Interrupted, Refused
 from training.launch import path_safe
 from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below, read_checkpoint
@@ -162,24 +163,31 @@ def signal_at_step(monkeypatch, signum: int, at: int) -> None:
     monkeypatch.setattr(models.gpt.GPT, "forward", with_signal)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+@pytest.mark.parametrize(
+    "signum,at",  # the step boundary after step 3 is a validation step (every 2), after 4 not
+    [(signal.SIGTERM, 3), (signal.SIGINT, 4)],
+    ids=["TERM-at-val-step", "INT-between"],
+)
 def test_a_signal_checkpoints_at_the_step_boundary_and_a_rerun_resumes(
-    signum, tmp_path, tiny_run, compose_cfg, monkeypatch
+    signum, at, tmp_path, tiny_run, compose_cfg, monkeypatch
 ):
     over = [*tiny_run, "trainer.max_steps=8", "checkpoint.every_n_steps=100"]
-    signal_at_step(monkeypatch, signum, at=3)
+    signal_at_step(monkeypatch, signum, at=at)
     with pytest.raises(Interrupted):
         train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
     monkeypatch.undo()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == signum
-    assert torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)["global_step"] == 4
+    ckpt = torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == at + 1
     assert signal.getsignal(signum) not in (None, signal.SIG_IGN)  # handlers restored
     resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
     reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
-    assert resumed["resumed_from_step"] == 4 and resumed["status"] == "completed"
+    assert resumed["resumed_from_step"] == at + 1 and resumed["status"] == "completed"
     for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
         assert resumed[key] == reference[key], key
+    expected = metric_rows(tmp_path / "ref" / "metrics.csv")
+    assert metric_rows(tmp_path / "run" / "metrics.csv") == expected  # every row once, bit for bit
 
 
 def test_a_resumed_run_that_diverges_sets_its_checkpoint_aside(

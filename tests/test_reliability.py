@@ -347,6 +347,14 @@ def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, t
     again = python(*sweep)  # same command, same dirs: the finished job is skipped
     assert again.returncode == 1
     assert f"skip {tmp_path / names[1]}: already completed" in again.stdout
+    assert f"sweep {tmp_path}: 1 failed, 1 skipped" in again.stdout
+    assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
+
+    # Other settings: the finished job is refused and keeps every file as it was.
+    config = (tmp_path / names[1] / ".hydra" / "config.yaml").read_text()
+    changed = python(*[a.replace("optim.lr=0.002", "optim.lr=0.003") for a in sweep])
+    assert changed.returncode == 1 and f"sweep {tmp_path}: 1 failed, 1 refused" in changed.stdout
+    assert (tmp_path / names[1] / ".hydra" / "config.yaml").read_text() == config
     assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
 
     report = compare(tmp_path, plots=False)

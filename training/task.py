@@ -8,7 +8,7 @@ Every metric row of optimizer step s (train/loss, lr, throughput, and the probes
 loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
 checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
 rows of steps below the checkpoint's step and logs the rest again (see training/resume.py).
-A validation after the run diverged is neither logged nor tracked: its weights are not a result.
+A validation after the run diverged (or was interrupted) is neither logged nor tracked.
 Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
 so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
 """
@@ -271,8 +271,8 @@ class TrainTask(L.LightningModule):
         sums = self.reduced_val_sums()
         metrics = {"val/loss": sums["loss"] / sums["count"], **self.val_extras(sums)}
         self.log_dict(metrics, prog_bar=True, logger=False)  # progress bar, callback_metrics
-        if self.trainer.sanity_checking or self.status == "diverged":
-            return
+        if self.trainer.sanity_checking or self.status != "completed":
+            return  # a diverged or interrupted run's extra validation is not a result
         # Logged at the number of optimizer steps taken, like train/loss (Lightning's own val
         # logging lands one step earlier during fit and one later after it).
         for logger in self.loggers:
