@@ -160,7 +160,23 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Call
         every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)
         path = run_dir / "last.ckpt"
         callbacks.append(ResumeCheckpoint(path, every, node.get("every_s"), settings))
-    return callbacks
+    return callbacks + [instantiate_callback(k, v) for k, v in (cfg.get("callbacks") or {}).items()]
+
+
+def instantiate_callback(key: str, node: DictConfig) -> Callback:
+    """A user's Lightning callback from its ``_target_`` entry (``callbacks.<key>``)."""
+    from hydra.utils import instantiate
+
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(f"callbacks.{key} needs a _target_: callbacks.{key}._target_=<class>")
+    try:
+        callback = instantiate(node)
+    except Exception as err:  # an unknown class or a bad argument: one line
+        cause = err.__cause__ or err
+        raise ConfigError(f"callbacks.{key} ({node._target_}) cannot start: {cause}") from err
+    if not isinstance(callback, Callback):
+        raise ConfigError(f"callbacks.{key}: {node._target_} is not a Lightning Callback")
+    return callback
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
