@@ -139,10 +139,19 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
 
 # --- callbacks and trainer -------------------------------------------------------------------
 class StepProgressBar(RichProgressBar):
-    """Rich progress over optimizer steps; the endless train loader makes epochs meaningless."""
+    """Rich progress over optimizer steps (not micro-batches: with gradient accumulation a step
+    takes several), out of trainer.max_steps; the endless train loader has no epochs."""
+
+    @property
+    def total_train_batches(self) -> int:
+        return self.trainer.max_steps
 
     def _get_train_description(self, current_epoch: int) -> str:
         return "train steps"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._update(self.train_progress_bar_id, trainer.global_step)
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Callback]:
