@@ -11,8 +11,8 @@ f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR
 f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
 depth). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 in train.py's mode=init_probe). Then
-scripts.compare writes <out>/report/ and scripts.findings decides the claims into
-<out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
+scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
+into <out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
 verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
 all finished is not launched again, and train.py skips finished runs of an unfinished sweep.
 """
@@ -38,10 +38,11 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from scripts.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
+from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
+from scripts.analysis.report import compare  # noqa: E402
+from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
 
 SIZES = ("cpu", "gpu")
-FINISHED = ("completed", "diverged")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
 console = Console(soft_wrap=True)  # log files keep one line per message
 
@@ -105,15 +106,13 @@ def run_states(out: Path, n_jobs: int) -> dict[int, tuple[str, float | None]]:
         num = path.name.split("_", 1)[0]
         if not (path.is_dir() and num.isdigit() and int(num) < n_jobs):
             continue
-        summary = path / "summary.json"
-        try:
-            mtime = summary.stat().st_mtime
-            status = json.loads(summary.read_text()).get("status") or "unfinished"
-        except FileNotFoundError:
-            mtime, status = None, "running"
-        except (OSError, ValueError):  # being written: look again next time
-            mtime, status = None, "unfinished"
-        states[int(num)] = (status, mtime)
+        summary = read_summary(path)
+        if summary is None:
+            states[int(num)] = ("running", None)
+        elif not summary:  # being written: look again next time
+            states[int(num)] = (status_of(summary), None)
+        else:
+            states[int(num)] = (status_of(summary), (path / "summary.json").stat().st_mtime)
     return states
 
 
@@ -299,8 +298,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if code != 0:
         console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
-    from scripts.compare import compare
-
     report = compare(out)
     settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
     verdicts = evaluate(name, report, settings)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import findings, reproduce
-from scripts.findings import FINDINGS, evaluate
+from scripts import reproduce
+from scripts.analysis.findings import FINDINGS, NoData, Verdict, evaluate
+from scripts.analysis.findings.depth import post_update_jumps
 from tests.reports import seed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,15 +151,15 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
         return {"label": placement, "params": {"placement": placement, "n_layer": 12}, "runs": runs}
 
     report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
-    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
     # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
     assert v.status == "PASS" and v.measured["ratio"] == pytest.approx(3.0)
     assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
     report["variants"][1] = variant("deepnorm", 4.0)
-    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
     assert v.status == "FAIL" and v.measured["ratio"] == pytest.approx(1.5)
-    with pytest.raises(findings.NoData):  # window 1..0: nothing logged there
-        findings.post_update_jumps(report, {"max_steps": 10}, findings.Verdict("x", "", ""))
+    with pytest.raises(NoData):  # window 1..0: nothing logged there
+        post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
 
 
 def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict:

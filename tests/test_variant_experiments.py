@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import findings, reproduce
-from scripts.findings import evaluate
+from scripts import reproduce
+from scripts.analysis.findings import Verdict, evaluate
+from scripts.analysis.findings.lr import sensitivity
 from tests.reports import seed_runs
 
 PLACEMENTS = ["post", "pre", "deepnorm", "sandwich", "mix", "b2t", "rezero"]
@@ -100,14 +101,14 @@ def f6_report(tmp: Path, arms: dict[bool, dict[float, tuple[list, float]]]) -> d
     return {"variants": rows}
 
 
-def by_id(verdicts: list) -> dict[str, findings.Verdict]:
+def by_id(verdicts: list) -> dict[str, Verdict]:
     return {v.id: v for v in verdicts}
 
 
 def test_lr_sensitivity_is_wortsmans_definition() -> None:
     # mean over lrs of (loss - best loss): (1.0 + 0 + 0.5) / 3
-    assert findings.sensitivity({1e-3: 3.0, 1e-2: 2.0, 1e-1: 2.5}) == pytest.approx(0.5)
-    assert findings.sensitivity({1e-3: 2.0, 1e-2: 2.0}) == 0.0
+    assert sensitivity({1e-3: 3.0, 1e-2: 2.0, 1e-1: 2.5}) == pytest.approx(0.5)
+    assert sensitivity({1e-3: 2.0, 1e-2: 2.0}) == 0.0
 
 
 def test_f6_pass_and_fail(tmp_path: Path) -> None:

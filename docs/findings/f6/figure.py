@@ -18,7 +18,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from scripts.findings import QK, capped_loss, run_series  # noqa: E402
+from scripts.analysis.findings.lr import QK, capped_loss, run_series  # noqa: E402
 
 
 def main(sweep: Path, out: Path) -> None:
