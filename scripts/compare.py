@@ -2,6 +2,13 @@
 
 Writes SWEEP_DIR/report/ (report.md, report.json, plots; scripts/analysis/report.py) and prints
 the table, the wandb group to open and the command that uploads offline wandb runs.
+
+    python scripts/compare.py SWEEP --x optim.lr --y best_val_loss
+    python scripts/compare.py SWEEP --x data.batch_size --y best_val_acc
+    python scripts/compare.py SWEEP --x optim.lr --y max:attn/max_logit,final_val_loss
+
+also draws one swept key against run results (scripts/analysis/xy.py: seed mean ± std per
+variant) into the report dir.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the project root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.analysis.report import compare, markdown_table  # noqa: E402
+from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,11 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=None, help="report dir (default SWEEP_DIR/report)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the tables only")
+    parser.add_argument("--x", help="a swept config key to plot against, e.g. optim.lr")
+    parser.add_argument(
+        "--y", default="best_val_loss", help="run results (comma list), e.g. best_val_loss"
+    )
     args = parser.parse_args(argv)
     report = compare(args.sweep_dir, args.out, plots=not args.no_plots)
     out_dir = args.out or args.sweep_dir / "report"
     print(markdown_table(report) if report["variants"] else "no runs found")
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")
+    if args.x:
+        print(f"figure: {xy_figure(args.sweep_dir, args.x, args.y.split(','), out_dir)}")
     print(f"wandb group to open (project normlab): {', '.join(report['wandb_groups'])}")
     if report["wandb_sync"]:
         print(f"upload offline runs: wandb sync {report['wandb_sync']}")

@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table  # noqa: E402
 
 from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
-from scripts.analysis.report import compare  # noqa: E402
+from scripts.analysis.report import compare, xy_figure  # noqa: E402
 from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
 
 SIZES = ("cpu", "gpu")
@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
     report = compare(out)
+    for figure in finding.figures:
+        xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from scripts import compare
-from scripts.analysis import plots, runs, variants
 from scripts.analysis import report as reporting
+from scripts.analysis import runs, variants, xy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SWEEP = ("multirun", "2026-11-29", "12-00-00")
@@ -144,13 +144,14 @@ def test_table_values_match_hand_computed_means(sweep: Path) -> None:
 
 def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
     figures = {}
-    real_save = plots.save
+    real_save = xy.save
 
     def keep(fig, out_dir, name):
-        figures[name] = [line.get_marker() for ax in fig.axes for line in ax.get_lines()]
+        markers = [line.get_marker() for ax in fig.axes for line in ax.get_lines()]
+        figures[name] = (markers, [t.get_text() for legend in fig.legends for t in legend.texts])
         return real_save(fig, out_dir, name)
 
-    monkeypatch.setattr(plots, "save", keep)
+    monkeypatch.setattr(xy, "save", keep)
     report = reporting.compare(sweep)
     post4 = variant(report, "post", 4)
     assert post4["status_counts"] == {"completed": 1, "diverged": 1}
@@ -163,9 +164,12 @@ def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
     assert "1 completed, 1 diverged" in line and "| 30 |" in line and "2.5000 (n=1)" in line
     (line,) = [row for row in md.splitlines() if "| post | layernorm | 2 |" in row]
     assert "2.1000 ± 0.1414 (n=2)" in line and "| – |" in line
-    # one diverged run -> one x at the top of the depth plot, plus its legend entry
-    assert figures["best_val_vs_depth.png"].count("x") == 2
-    assert figures["loss_curves.png"].count("x") >= 1  # where the diverged run stopped
+    # one diverged run -> one x at the top of the depth plot, explained in the legend
+    markers, legend = figures["best_val_vs_depth.png"]
+    assert markers.count("x") == 1 and "diverged (count)" in legend
+    markers, legend = figures["loss_curves.png"]
+    assert markers.count("x") == 2 and "diverged here" in legend  # train and val: where it stopped
+    assert "placement=post (2 seeds)" in legend and "± 1 std over seeds" in legend
 
 
 def test_plots_are_valid_pngs_and_json_is_strict(sweep: Path) -> None:

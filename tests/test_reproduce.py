@@ -46,6 +46,19 @@ def test_experiment_composes_and_sweeps(experiment: str) -> None:
         assert cfg.num_threads * cfg.hydra.launcher.n_jobs <= 2  # fits the 2-core reference box
 
 
+def test_finding_figures_plot_keys_their_sweeps_vary() -> None:
+    """Each finding's x-vs-y figure (drawn into the report, copied by --publish) plots a key
+    that both sizes of its experiment sweep."""
+    figures = [(f, fig) for f in FINDINGS.values() for fig in f.figures]
+    assert {fig.name for _, fig in figures} == {"lr_sweep.png", "acc_vs_batch.png"}
+    for finding, figure in figures:
+        assert figure.name in finding.plots
+        for size in ("", "_gpu"):
+            cfg = reproduce.compose(finding.experiment + size, [])
+            swept = reproduce.swept_values(reproduce.sweep_jobs(cfg, []))
+            assert len(swept[figure.x]) >= 2
+
+
 def test_gpu_size_overrides_sweep_params() -> None:
     cpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth", []), []))
     gpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth_gpu", []), []))

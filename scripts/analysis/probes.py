@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +33,25 @@ class Probe:
     act: list[float]
     last_fc2: float | None
     source: str
+    grad_std: list[float] = field(default_factory=list)  # as recorded by a seed-averaged probe
+    act_std: list[float] = field(default_factory=list)
 
 
 def is_number(value: Any) -> bool:
     return finite(value) is not None
 
 
-def flat_record(record: dict) -> dict[str, Any]:
-    """A record's keys joined with "/"; a {"mean": m, "std": s} summary stands for its mean."""
+def flat_record(record: dict, part: str = "mean") -> dict[str, Any]:
+    """A record's keys joined with "/". A {"mean": m, "std": s} summary stands for its ``part``;
+    with part="std" only such summaries are kept."""
     flat = flatten(record, sep="/", leaf=lambda d: "mean" in d)
-    return {k: v["mean"] if isinstance(v, dict) else v for k, v in flat.items()}
+    summaries = {k: v[part] for k, v in flat.items() if isinstance(v, dict) and part in v}
+    return summaries if part == "std" else {**flat, **summaries}
 
 
-def parse_probe(record: dict, base: dict[str, Any], source: str) -> Probe | None:
-    """One record: per-layer lists or layer_i keys for grad/act norms, maybe last_fc2."""
-    flat = flat_record(record)
-    params = dict(base)
-    params.update({k: v for k, v in record.items() if k in PARAM_KEYS or isinstance(v, str)})
-    if "depth" in record and "n_layer" not in record:
-        params["n_layer"] = record["depth"]
+def layer_values(flat: dict[str, Any]) -> tuple[list[float], list[float], float | None]:
+    """(grad norm per layer, residual norm per layer, last-layer fc2 grad norm) of one record:
+    per-layer lists, or layer_i keys."""
     layers: dict[str, dict[int, float]] = {"grad": {}, "act": {}}
     last_fc2 = None
     for key, value in flat.items():
@@ -66,9 +66,20 @@ def parse_probe(record: dict, base: dict[str, Any], source: str) -> Probe | None
             last_fc2 = float(value)
     grad = [layers["grad"][i] for i in sorted(layers["grad"])]
     act = [layers["act"][i] for i in sorted(layers["act"])]
+    return grad, act, last_fc2
+
+
+def parse_probe(record: dict, base: dict[str, Any], source: str) -> Probe | None:
+    """One record: its per-layer norms (and their recorded std over seeds, if any)."""
+    params = dict(base)
+    params.update({k: v for k, v in record.items() if k in PARAM_KEYS or isinstance(v, str)})
+    if "depth" in record and "n_layer" not in record:
+        params["n_layer"] = record["depth"]
+    grad, act, last_fc2 = layer_values(flat_record(record))
     if not (grad or act or last_fc2 is not None):
         return None
-    return Probe(params, grad, act, last_fc2, source)
+    grad_std, act_std, _ = layer_values(flat_record(record, "std"))
+    return Probe(params, grad, act, last_fc2, source, grad_std, act_std)
 
 
 def probe_records(data: Any) -> tuple[list[dict], dict[str, Any]]:
@@ -126,12 +137,16 @@ def load_probes(
     return probes
 
 
-def mean_lists(lists: list[list[float]]) -> list[float]:
+def mean_std_lists(lists: list[list[float]], recorded: list[float]) -> tuple[list, list]:
+    """Per-index mean over seeds and sample std (the recorded std when only one list)."""
     lists = [x for x in lists if x]
     if not lists:
-        return []
+        return [], []
     n = min(len(x) for x in lists)
-    return [statistics.fmean(x[i] for x in lists) for i in range(n)]
+    if len(lists) == 1:
+        return lists[0][:n], recorded[:n]
+    columns = [[x[i] for x in lists] for i in range(n)]
+    return [statistics.fmean(c) for c in columns], [statistics.stdev(c) for c in columns]
 
 
 def probe_groups(probes: list[Probe]) -> list[dict[str, Any]]:
@@ -151,13 +166,18 @@ def probe_groups(probes: list[Probe]) -> list[dict[str, Any]]:
                 "series": " ".join(f"{k}={params.get(k)}" for k in varying if k != "n_layer")
                 or "all",
                 "seeds": sorted({str(p.params.get("seed")) for p in members}),
-                "grad_norm": mean_lists([p.grad for p in members]),
-                "act_norm": mean_lists([p.act for p in members]),
+                **norm_stats(members),
                 "last_fc2": statistics.fmean(fc2) if fc2 else None,
                 "source": members[0].source,
             }
         )
     return sorted(out, key=lambda g: (g["series"], depth_of(g["params"])))
+
+
+def norm_stats(members: list[Probe]) -> dict[str, list[float]]:
+    grad, grad_std = mean_std_lists([p.grad for p in members], members[0].grad_std)
+    act, act_std = mean_std_lists([p.act for p in members], members[0].act_std)
+    return {"grad_norm": grad, "grad_norm_std": grad_std, "act_norm": act, "act_norm_std": act_std}
 
 
 def depth_of(params: dict[str, Any]) -> float:

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis import probes
+from scripts.analysis import probes, xy
 from scripts.analysis.plots import write_plots
 from scripts.analysis.runs import (
     CANONICAL,
@@ -152,3 +152,25 @@ def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = 
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
     return report
+
+
+def xy_figure(
+    sweep_dir: str | Path, x: str, ys: list[str], out: str | Path | None = None, name=None
+) -> Path:
+    """``ys`` against swept key ``x`` (scripts/analysis/xy.py) into the report dir; its path.
+    A key the sweep does not vary, or a y no run has, ends in one line (SystemExit)."""
+    sweep_dir = Path(sweep_dir)
+    out_dir = Path(out) if out else sweep_dir / "report"
+    runs, _ = load_runs(sweep_dir, skip=out_dir)
+    fields = variant_fields(runs)
+    variants = group_variants(runs, fields)
+    try:
+        written = xy.plot_xy(variants, fields, xy.resolve_key(x, variants), ys, out_dir, name)
+    except ValueError as err:
+        raise SystemExit(f"compare: {err}") from None
+    if written is None:
+        raise SystemExit(
+            f"compare: no run has {','.join(ys)}; pass a summary field such as best_val_loss "
+            "or how:metric such as max:attn/max_logit"
+        )
+    return out_dir / written

@@ -47,12 +47,22 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """``python scripts/compare.py SWEEP --x <x> --y <ys>``, written as report/<name>."""
+
+    name: str
+    x: str
+    ys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Finding:
     experiment: str  # conf/experiment/<experiment>.yaml; the GPU size is <experiment>_gpu
     title: str
     claims: tuple[Claim, ...]
     kind: str = "train"  # the mode its runs use: train | init_probe
     plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
+    figures: tuple[Figure, ...] = ()  # swept key vs results, drawn into the report as well
 
 
 DEPTH_CLAIMS = (
@@ -155,6 +165,8 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim("F6d", "QK-norm lowers the LR sensitivity", WORTSMAN, f6_qk_lowers_sensitivity),
         ),
+        plots=("loss_curves.png", "lr_sweep.png"),
+        figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),),
     ),
     "f7": Finding(
         "f7_batch_stats",
@@ -173,6 +185,8 @@ FINDINGS: dict[str, Finding] = {
                 f7_token_norms_flat,
             ),
         ),
+        plots=("loss_curves.png", "acc_vs_batch.png"),
+        figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),),
     ),
     "placements": Finding(
         "placements_depth",
