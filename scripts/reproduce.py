@@ -12,9 +12,11 @@ f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every pl
 depth). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 in train.py's mode=init_probe). Then
 scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
-into <out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
-verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
-all finished is not launched again, and train.py skips finished runs of an unfinished sweep.
+into <out>/verdict.md and <out>/verdict.json, from the runs that completed or diverged only (a
+failed run is no divergence). Exit status 0 when every run completed or diverged, whatever the
+verdicts; 1 when the sweep could not run or any of its runs failed. Running the same command
+again resumes: a sweep whose runs all finished is not launched again, and train.py skips
+finished runs of an unfinished sweep.
 """
 
 from __future__ import annotations
@@ -196,6 +198,12 @@ def verdict_markdown(record: dict) -> str:
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     if record["kind"] != "init_probe":
         lines += ["", "Losses: mean over seeds of each run's best val loss; inf: a run diverged."]
+    left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
+    if left_out:
+        lines += [
+            "",
+            f"Left out of every verdict (neither completed nor diverged): {fmt(left_out)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -296,8 +304,6 @@ def main(argv: list[str] | None = None) -> int:
             f"see {out / 'sweep.log'}"
         )
         return 1
-    if code != 0:
-        console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
     report = compare(out)
     for figure in finding.figures:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
@@ -331,6 +337,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         publish(out, args.publish, experiment, finding.plots)
     console.print(f"verdicts: {out / 'verdict.md'}; report: {out / 'report' / 'report.md'}")
+    return exit_status(runs, code, out)
+
+
+def exit_status(runs: list[dict], code: int, out: Path) -> int:
+    """1 when a run of the sweep neither completed nor diverged (its verdicts left it out)."""
+    failed = [r for r in runs if r["status"] not in FINISHED]
+    if failed or code != 0:
+        what = ", ".join(f"{Path(r['run_dir']).name} ({r['status']})" for r in failed)
+        console.print(
+            f"error: {len(failed)} of {len(runs)} runs did not finish ({what or f'exit {code}'}); "
+            f"verdicts use the completed and diverged runs only; see {out / 'sweep.log'}",
+            markup=False,
+        )
+        return 1
     return 0
 
 

@@ -4,8 +4,10 @@ rows of a sweep's report.json (scripts/analysis/report.py writes it).
 A claim states what a paper reports, measures it in the report (the variants: mean over seeds of
 each run's best val loss; or the init-probe groups), compares it with a threshold and says PASS
 or FAIL, or NO DATA when the variants it needs are missing or have fewer than MIN_SEEDS finished
-runs. A diverged (or crashed) run scores +inf: it counts as worse than any run that trained, and
-a variant with one such seed is as bad as its worst seed.
+runs. Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
+run (a config error, a crash, a refused resume) says nothing about its variant and is left out,
+never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
+trained, and a variant with one such seed is as bad as its worst seed.
 
 Thresholds shared by the families (losses in nats per token / per image; seed-to-seed std at the
 CPU sizes is 0.01-0.04):
@@ -17,9 +19,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from scripts.analysis.runs import FINISHED
 
 MIN_SEEDS = 2
 WORSE, CLOSE = 0.10, 0.05
@@ -64,22 +69,32 @@ def variant(report: dict, **params: Any) -> dict:
     return rows[0]
 
 
+def finished(row: dict) -> list[dict]:
+    """The runs a verdict may use: those that completed or diverged."""
+    return [r for r in row["runs"] if r["status"] in FINISHED]
+
+
+def too_few(row: dict, n: int, what: str = "completed or diverged runs") -> NoData:
+    """NO DATA for a variant with ``n`` usable runs; names the runs left out and why."""
+    left = Counter(r["status"] for r in row["runs"] if r["status"] not in FINISHED)
+    out = f" ({', '.join(f'{k} {s}' for s, k in sorted(left.items()))} left out)" if left else ""
+    return NoData(f"{row['label']}: {n} {what}{out}, need >= {MIN_SEEDS}")
+
+
 def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
-    """Per finished run: its metric, +inf when it diverged or failed; unfinished runs skipped."""
+    """Per finished run: its metric, +inf when it diverged; other runs left out."""
     out = []
-    for run in row["runs"]:
+    for run in finished(row):
         value = run.get(metric)
-        if run["status"] == "completed" and isinstance(value, int | float):
-            out.append(float(value))
-        elif run["status"] in ("completed", "diverged", "failed"):
-            out.append(math.inf)
+        ok = run["status"] == "completed" and isinstance(value, int | float)
+        out.append(float(value) if ok else math.inf)
     return out
 
 
 def mean_score(row: dict, min_seeds: int = MIN_SEEDS) -> float:
     values = scores(row)
     if len(values) < min_seeds:
-        raise NoData(f"{row['label']}: {len(values)} finished runs, need >= {min_seeds}")
+        raise too_few(row, len(values))
     return math.inf if math.inf in values else statistics.fmean(values)
 
 
@@ -99,10 +114,6 @@ def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
     verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
     verdict.status = "PASS" if passed else "FAIL"
     return verdict
-
-
-def ended(row: dict) -> list[dict]:
-    return [r for r in row["runs"] if r["status"] in ("completed", "diverged", "failed")]
 
 
 Check = Callable[[dict, dict, Verdict], Verdict]

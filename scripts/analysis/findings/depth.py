@@ -23,7 +23,9 @@ from scripts.analysis.findings.common import (
     NoData,
     Verdict,
     decide,
+    finished,
     mean_score,
+    too_few,
     values,
     variant,
 )
@@ -103,13 +105,13 @@ def early_update(row: dict, max_steps: int) -> float:
     """Mean over seeds of each run's mean update/model over the logged steps 0 < s <=
     EARLY_FRACTION * max_steps (step 0 is the reference itself)."""
     means = []
-    for run in row["runs"]:
+    for run in finished(row):
         series = run_series(run["run_dir"], "update/model")
         early = [y for s, y in series if 0 < s <= EARLY_FRACTION * max_steps]
         if early:
             means.append(statistics.fmean(early))
     if len(means) < MIN_SEEDS:
-        raise NoData(f"{row['label']}: update/model logged early in {len(means)} runs")
+        raise too_few(row, len(means), "finished runs with update/model logged early")
     return statistics.fmean(means)
 
 

@@ -14,7 +14,8 @@ from scripts.analysis.findings.common import (
     NoData,
     Verdict,
     decide,
-    ended,
+    finished,
+    too_few,
     values,
     variant,
 )
@@ -39,16 +40,16 @@ def peak_logit(row: dict) -> float:
     """Mean over seeds of each run's largest logged attn/max_logit."""
     peaks = [
         max(y for _, y in s)
-        for r in ended(row)
+        for r in finished(row)
         if (s := run_series(r["run_dir"], "attn/max_logit"))
     ]
     if len(peaks) < MIN_SEEDS:
-        raise NoData(f"{row['label']}: attn/max_logit logged in {len(peaks)} runs")
+        raise too_few(row, len(peaks), "finished runs with attn/max_logit logged")
     return statistics.fmean(peaks)
 
 
 def capped_loss(run: dict) -> float | None:
-    """min(final val loss, initial loss); the initial loss for a run that diverged or failed."""
+    """min(final val loss, initial loss); the initial loss for a run that diverged."""
     start = run_series(run["run_dir"], "train/loss")
     if not start:
         return None
@@ -66,9 +67,9 @@ def lr_losses(report: dict, qk: bool) -> dict[float, dict[Any, float]]:
     out = {}
     for lr in lrs:
         row = variant(report, lr=lr, **{QK: qk})
-        out[lr] = {r["seed"]: x for r in ended(row) if (x := capped_loss(r)) is not None}
+        out[lr] = {r["seed"]: x for r in finished(row) if (x := capped_loss(r)) is not None}
         if len(out[lr]) < MIN_SEEDS:
-            raise NoData(f"{row['label']}: {len(out[lr])} runs with a loss, need >= {MIN_SEEDS}")
+            raise too_few(row, len(out[lr]), "finished runs with a logged loss")
     return out
 
 

@@ -12,8 +12,9 @@ from scripts.analysis.findings.common import (
     NoData,
     Verdict,
     decide,
-    ended,
+    finished,
     mean_score,
+    too_few,
     values,
     variant,
 )
@@ -41,7 +42,7 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
 
 
 # --- F7: batch statistics ------------------------------------------------------------------------
-# Accuracy in [0, 1]: the mean over seeds of each run's best val accuracy (a diverged or failed run
+# Accuracy in [0, 1]: the mean over seeds of each run's best val accuracy (a diverged run
 # scores 0). Best, not final: it favours a noisy variant, so a BatchNorm drop is no luck of the
 # last evaluation. Thresholds (digits' val split holds 360 images: 0.02 = 7 images; the seed std
 # of one variant at the CPU size is 0.002-0.014):
@@ -57,10 +58,10 @@ def mean_acc(row: dict) -> float:
         float(r["best_val_acc"])
         if r["status"] == "completed" and isinstance(r.get("best_val_acc"), int | float)
         else 0.0
-        for r in ended(row)
+        for r in finished(row)
     ]
     if len(accs) < MIN_SEEDS:
-        raise NoData(f"{row['label']}: {len(accs)} finished runs, need >= {MIN_SEEDS}")
+        raise too_few(row, len(accs))
     return statistics.fmean(accs)
 
 
