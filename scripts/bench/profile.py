@@ -11,12 +11,21 @@ writes, and timers around setup and wandb's finish. Each Lightning action counts
 time (minus the actions nested in it), so the categories add up to the whole fit. The imports
 are timed in a child process. A second pass, `--ops`, runs the job's model, data and AdamW in a
 plain loop under torch.profiler and lists forward, backward and optimizer, and the top aten ops.
+
+    python -m scripts.bench.profile --versus "model.qk_norm=false trainer.max_steps=600"
+
+`--versus` profiles nothing: it times the job's training step (model, data and AdamW as train.py
+builds them, no Lightning) against the same job with the given overrides, side by side in
+alternating rounds, and scales each by its trainer.max_steps: how much faster the configured
+job's steps are than another configuration's, measured on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +37,7 @@ from unittest import mock
 
 import torch
 from lightning.pytorch.profilers import Profiler
+from omegaconf import DictConfig
 
 from scripts.bench.core import CLOCKS
 from scripts.bench.harness import ROOT, compose_train_cfg
@@ -150,9 +160,10 @@ def profile_job(overrides: list[str], clock_name: str) -> tuple[dict[str, float]
     return dict(seconds), summary
 
 
-def op_profile(overrides: list[str], steps: int, top: int) -> None:
-    """The job's model, data and AdamW in a plain loop under torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+def job_loop(overrides: list[str], labels: bool = False) -> tuple[Callable[[], None], DictConfig]:
+    """One training step of the job's model, data and AdamW without Lightning (as train.py
+    builds them), and the composed config. ``labels``: record_function ranges for the profiler."""
+    from torch.profiler import record_function
 
     from training.build import build_data, build_model, model_spec, set_threads
     from training.config import optim_config
@@ -167,17 +178,26 @@ def op_profile(overrides: list[str], steps: int, top: int) -> None:
     optim = optim_config(cfg, cfg.optim.warmup_steps)
     opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
     batches = iter(dm.train_dataloader())
+    label = record_function if labels else lambda name: contextlib.nullcontext()
 
     def step() -> None:
         inputs, targets = next(batches)
-        with record_function("## forward"):
+        with label("## forward"):
             _, loss = model(inputs, targets)
-        with record_function("## backward"):
+        with label("## backward"):
             loss.backward()
-        with record_function("## optimizer"):
+        with label("## optimizer"):
             opt.step()
             opt.zero_grad(set_to_none=True)
 
+    return step, cfg
+
+
+def op_profile(overrides: list[str], steps: int, top: int) -> None:
+    """The job's model, data and AdamW in a plain loop under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step, _ = job_loop(overrides, labels=True)
     for _ in range(3):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -195,6 +215,43 @@ def op_profile(overrides: list[str], steps: int, top: int) -> None:
         print(f"    {e.key:<52} {share:6.1%} {e.self_cpu_time_total / steps / 1e3:8.2f} ms/step")
 
 
+def versus(ours: list[str], other: list[str], clock: str, rounds: int, steps: int) -> dict:
+    """Steps of the job as configured (`ours`) and of the job with `other` overrides, in
+    alternation (rounds of `steps` steps each): time per step, tokens per second, and how much
+    shorter the training steps of the whole job are (steps x time per step)."""
+    from scripts.bench.core import BenchConfig, interleaved, pair_result
+
+    loops = {"ours": job_loop(ours), "other": job_loop(other)}
+    fns = {k: step for k, (step, _) in loops.items()}
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    times = interleaved(fns, BenchConfig(clock=clock, reps=rounds, iters=steps))
+    pair = pair_result("job", times, "ours", "other")
+    out = {"per_step_speedup": pair.value, "spread": pair.spread}
+    for k, (_, cfg) in loops.items():
+        per_step = statistics.median(times[k])
+        tokens = cfg.data.batch_size * cfg.model.block_size
+        out[k] = {
+            "ms_per_step": per_step * 1e3,
+            "tokens_per_s": tokens / per_step,
+            "max_steps": cfg.trainer.max_steps,
+            "train_s": per_step * cfg.trainer.max_steps,
+        }
+        print(
+            f"{k:>5}: {per_step * 1e3:7.1f} ms/step, {tokens / per_step:8,.0f} tokens/s, "
+            f"{cfg.trainer.max_steps} steps = {per_step * cfg.trainer.max_steps:6.1f} s"
+        )
+    ratio = out["other"]["train_s"] / out["ours"]["train_s"]
+    out["job_train_speedup"] = ratio
+    lo, hi = pair.spread
+    print(
+        f"ours per step: {pair.value:.3f}x the speed of other (rounds {lo:.3f}-{hi:.3f}); "
+        f"the job's training steps: {ratio:.2f}x faster"
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(prog="python -m scripts.bench.profile", description=__doc__)
     p.add_argument("--threads", type=int, default=1)
@@ -202,13 +259,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--steps", type=int, default=None, help="trainer.max_steps (default: the job's)")
     p.add_argument("--ops", type=int, default=0, help="also profile N steps' ops (torch.profiler)")
     p.add_argument("--top", type=int, default=15)
+    p.add_argument(
+        "--versus",
+        default=None,
+        help="instead of profiling: time the job's step against the job with these overrides "
+        "(one quoted string), side by side in this process",
+    )
+    p.add_argument("--rounds", type=int, default=7, help="--versus: alternating rounds")
+    p.add_argument("--round-steps", type=int, default=5, help="--versus: steps per round")
     p.add_argument("overrides", nargs="*", help="train.py overrides")
     args = p.parse_args(argv)
     clock = args.clock or ("cpu" if args.threads == 1 else "wall")
     if clock == "cpu" and args.threads != 1:
         p.error("--clock cpu counts every thread's time; use it with --threads 1")
-    over = [f"num_threads={args.threads}", "trainer.enable_progress_bar=false", *args.overrides]
+    over = [f"num_threads={args.threads}", *args.overrides]
     over += [f"trainer.max_steps={args.steps}"] if args.steps else []
+    if args.versus is not None:
+        return versus(over, [*over, *args.versus.split()], clock, args.rounds, args.round_steps)
     imports = import_seconds(clock)
     with tempfile.TemporaryDirectory() as tmp:
         seconds, summary = profile_job([*over, f"run_dir={Path(tmp) / 'run'}"], clock)
