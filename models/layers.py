@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +12,9 @@ from torch import nn
 
 from models.norms import build_norm, get_norm
 from models.placement import Placement, layer_placements
+
+if TYPE_CHECKING:  # config.py imports this module for its checks
+    from models.config import BlockConfig
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
 
@@ -247,8 +250,10 @@ class Block(nn.Module):
         return f"{self.placement_name}, alpha={self.alpha:.4g}, input_skip={self.input_skip:g}"
 
 
-def build_blocks(cfg: Any, placement: Placement, alpha: float, causal: bool) -> nn.ModuleList:
-    """The n_layer Blocks of a GPTConfig or ViTConfig (both carry the fields read here)."""
+def build_blocks(
+    cfg: BlockConfig, placement: Placement, alpha: float, causal: bool
+) -> nn.ModuleList:
+    """The n_layer Blocks of a model's config."""
     return nn.ModuleList(
         Block(
             cfg.n_embd,

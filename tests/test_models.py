@@ -349,3 +349,65 @@ def test_f1_last_layer_gradient_vs_depth():
     pre_ratio = mean[("pre", 32)] / mean[("pre", 2)]
     assert 0.6 < post_ratio < 1.6, post_ratio
     assert pre_ratio < 0.4, pre_ratio  # 1/sqrt(16) = 0.25
+
+
+# ---------------------------------------------------------------- weights and outputs pinned
+def fingerprint(tensors) -> tuple[float, float, float]:
+    """Sum, sum of squares and a sine-weighted sum (order-sensitive) in float64."""
+    s1 = s2 = s3 = 0.0
+    for t in tensors:
+        t = t.detach().double().flatten()
+        s1 += t.sum().item()
+        s2 += t.square().sum().item()
+        s3 += (t * torch.sin(torch.arange(t.numel(), dtype=torch.float64))).sum().item()
+    return s1, s2, s3
+
+
+# Measured with the models as they were before GPTConfig and ViTConfig shared BlockConfig; the
+# same config and seed must keep giving the same initial weights and outputs. (Bit-identical on
+# the machine that recorded them; the tolerance leaves room for other CPUs' kernels only.)
+PINNED = [
+    ("gpt", {"placement": "post"},
+     (79.3850462882674, 447.1867578839473, 10.565881826421487),
+     (3.7539251522830455, 19.174722669674022, 0.6756894990896051)),
+    ("gpt", {"placement": "pre", "norm": "rmsnorm", "qk_norm": True, "weight_norm": True},
+     (515.0989457516825, 861.7979507375065, 42.73559206034965),
+     (8.622112879136694, 18.65003565426233, 0.47878347858520065)),
+    ("gpt", {"placement": "deepnorm", "init": "gpt2", "tie_weights": False},
+     (94.78162616082454, 97.58455095077453, 10.817308822639653),
+     (2.367546865875738, 20.291701536202332, 0.01141156913414021)),
+    ("gpt", {"placement": "mix", "mix_fraction": 0.5, "norm": "dyt"},
+     (98.8850462882674, 464.9367578839473, 12.501569305766987),
+     (3.6142993410772633, 13.038954559589014, -0.004221482941081619)),
+    ("gpt", {"placement": "b2t", "norm": "groupnorm", "norm_groups": 4},
+     (79.3850462882674, 447.1867578839473, 10.565881826421487),
+     (6.035985005131806, 20.900140285631707, 1.3018729408709535)),
+    ("gpt", {"placement": "rezero", "activation": "relu"},
+     (-16.614953711732596, 351.1867578839473, -1.0482430496515136),
+     (3.6074320576103673, 13.044469855105088, 0.009069575875180282)),
+    ("vit", {"placement": "sandwich", "pool": "mean", "norm": "batchnorm"},
+     (420.6307308747273, 832.8315068033683, 69.07147935292735),
+     (2.6271862983703613, 28.587648477122954, 1.087309007045632)),
+    ("vit", {"placement": "post", "norm": "rmsnorm"},
+     (83.13693411056738, 459.54035583651415, 26.67266916362331),
+     (1.9197913706302643, 51.727474622674535, 0.5325544491647995)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("model_name,kwargs,weights,outputs", PINNED)
+def test_same_config_and_seed_give_the_pinned_weights_and_outputs(
+    model_name, kwargs, weights, outputs
+):
+    torch.manual_seed(0)
+    if model_name == "gpt":
+        model = GPT(
+            GPTConfig(vocab_size=37, block_size=16, n_layer=3, n_head=2, n_embd=16, **kwargs)
+        )
+        idx = torch.arange(32).reshape(2, 16)
+        inputs = (idx * 7 % 37, idx % 37)
+    else:
+        model = ViT(ViTConfig(n_layer=3, n_head=2, n_embd=16, **kwargs))
+        inputs = (torch.linspace(-2, 2, 3 * 64).reshape(3, 1, 8, 8), torch.tensor([0, 3, 9]))
+    logits, loss = model(*inputs)
+    assert fingerprint(model.state_dict().values()) == pytest.approx(weights, rel=1e-6, abs=1e-9)
+    assert fingerprint([logits, loss]) == pytest.approx(outputs, rel=1e-5, abs=1e-6)
