@@ -13,6 +13,7 @@ from typing import ClassVar
 from models.init import check_init
 from models.layers import get_activation
 from models.norms import build_norm, check_causal_norm
+from models.placement import get_placement
 
 
 @dataclass(kw_only=True)
@@ -63,6 +64,7 @@ class BlockConfig:
         build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
         check_init(self.init)
         get_activation(self.activation)
+        get_placement(self.placement).check(self)
 
     def check_model(self) -> None:
         """The model's own checks, after its integers and before the stack's other fields."""

@@ -34,11 +34,16 @@ class GPT(Stack):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.build_stack(cfg)
+        self.build_stack(cfg, n_out=cfg.vocab_size)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.init_stack(cfg)
         if cfg.tie_weights:
             self.lm_head.weight = self.tok_emb.weight
+        self.normalize_weights()
+
+    def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
+        pairs = [(self.tok_emb.weight, 1), (self.pos_emb.weight, 1)]
+        return pairs if self.cfg.tie_weights else [*pairs, (self.lm_head.weight, 1)]
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -50,7 +55,7 @@ class GPT(Stack):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))

@@ -58,13 +58,19 @@ class ViT(Stack):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.n_embd)) if cfg.pool == "cls" else None
         self.pos_emb = nn.Parameter(torch.zeros(1, n_tokens, cfg.n_embd))
         self.drop = nn.Dropout(cfg.dropout)
-        self.build_stack(cfg)
+        self.build_stack(cfg, n_out=cfg.num_classes)
         self.head = nn.Linear(cfg.n_embd, cfg.num_classes)
         self.init_stack(cfg)
         with torch.no_grad():
             nn.init.normal_(self.pos_emb, std=0.02)
             if self.cls_token is not None:
                 nn.init.normal_(self.cls_token, std=0.02)
+        self.normalize_weights()
+
+    def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
+        # The patch embedding's columns are the embeddings of single pixels: dim 0 of out x in.
+        pairs = [(self.patch_embed.weight, 0), (self.pos_emb, -1), (self.head.weight, 1)]
+        return pairs if self.cls_token is None else [*pairs, (self.cls_token, -1)]
 
     def patchify(self, images: torch.Tensor) -> torch.Tensor:
         B, C, H, W = images.shape
@@ -92,6 +98,6 @@ class ViT(Stack):
         # (instancenorm, batchnorm) need the whole sequence; for the cls token it is the same.
         x = self.final_norm(x)  # (B, N', C)
         x = x[:, 0] if self.cls_token is not None else x.mean(dim=1)  # (B, C)
-        logits = self.head(x)  # (B, num_classes)
+        logits = self.logit_scale(self.head(x))  # (B, num_classes)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return logits, loss

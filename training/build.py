@@ -28,6 +28,7 @@ from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from training.divergence import DivergenceConfig
 from training.loggers import WandbMetrics
+from training.ngpt import SphereWeights
 from training.probes import ProbeConfig
 from training.probes import build_callbacks as probe_callbacks
 from training.resume import AtomicCheckpointIO, PeriodicCheckpoint, default_every_n_steps
@@ -189,7 +190,7 @@ def build_callbacks(
 ) -> list[Callback]:
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
     (after the probes: it may clear a non-finite gradient they read) and periodic last.ckpt."""
-    callbacks: list[Callback] = []
+    callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar(leave=True))
     callbacks.append(WandbMetrics())

@@ -188,6 +188,13 @@ class TrainTask(L.LightningModule):
             for logger in self.loggers:
                 logger.log_metrics(metrics, step=step)
 
+    def on_fit_start(self) -> None:
+        # Admin's omegas (a no-op for other placements): one forward on the first train batch,
+        # at the start of a fresh run only; a resumed run has them from its checkpoint.
+        dm = self.trainer.datamodule
+        if self.trainer.ckpt_path is None and hasattr(dm, "train_batch"):
+            self.model.profile_init(dm.train_batch(0)[0].to(self.device))
+
     def logging_step(self) -> bool:
         return self.global_step % max(1, self.trainer.log_every_n_steps) == 0
 

@@ -1,0 +1,65 @@
+"""The harness's two placement hooks: Admin's profile at the start of a fresh run only, nGPT's
+weights back on the sphere after every step; both survive a resume bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+# A constant learning rate: a run continued from step 2 of a 2-step run is the 4-step run.
+STEADY = ["optim.warmup_steps=0", "optim.schedule=constant", "model.n_layer=2"]
+
+
+def state(run_dir) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "last.ckpt", weights_only=False)["state_dict"]
+
+
+@pytest.mark.parametrize("placement", ["admin", "ngpt"])
+def test_a_run_continued_from_its_checkpoint_is_the_uninterrupted_run(
+    placement, tmp_path, tiny_run, compose_cfg
+):
+    base = [*tiny_run, *STEADY, f"placement={placement}", "trainer.val_check_interval=1"]
+    first = tmp_path / "first"
+    train.run(compose_cfg([*base, "trainer.max_steps=2", f"run_dir={first}"]))
+    ckpt = first / "last.ckpt"
+    continued = train.run(
+        compose_cfg(
+            [*base, "trainer.max_steps=4", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'c'}"]
+        )
+    )
+    whole = train.run(compose_cfg([*base, "trainer.max_steps=4", f"run_dir={tmp_path / 'w'}"]))
+    assert continued["resumed_from_step"] == 2 and whole["steps"] == continued["steps"] == 4
+    for key in ("final_train_loss", "final_val_loss", "best_val_loss"):
+        assert continued[key] == whole[key], key  # a second profile would change them
+    for key, value in state(tmp_path / "w").items():
+        assert torch.equal(value, state(tmp_path / "c")[key]), key
+
+
+def test_admin_omegas_are_profiled_then_trained(tmp_path, tiny_run, compose_cfg):
+    train.run(compose_cfg([*tiny_run, *STEADY, "placement=admin", f"run_dir={tmp_path}"]))
+    omegas = {k: v for k, v in state(tmp_path).items() if k.endswith(".omega")}
+    assert len(omegas) == 4  # two sub-layers x two blocks
+    # Profiled: the first skip weighs the embeddings' scale (std 0.02 each, summed: ~0.03), the
+    # later ones the branch variances summed before them; all far from the unprofiled 1.
+    first, last = (
+        omegas["model.blocks.0.attn_residual.omega"],
+        omegas["model.blocks.1.mlp_residual.omega"],
+    )
+    assert first.mean() < 0.2 < last.mean() and (first.std() > 0 or last.std() > 0)
+
+
+def test_ngpt_trains_on_the_sphere_without_biases_decay_or_warmup(tmp_path, tiny_run, compose_cfg):
+    tiny = [o for o in tiny_run if not o.startswith("optim.warmup_steps")]  # the placement's
+    cfg = compose_cfg([*tiny, "placement=ngpt", f"run_dir={tmp_path}"])
+    assert (cfg.model.bias, cfg.optim.weight_decay, cfg.optim.warmup_steps) == (False, 0.0, 0)
+    summary = train.run(cfg)
+    assert summary["status"] == "completed"
+    weights = state(tmp_path)
+    assert not any(k.endswith(".bias") for k in weights if ".blocks." in k)
+    rows = weights["model.blocks.0.attn.q_proj.weight"].norm(dim=1)
+    cols = weights["model.blocks.0.mlp.fc2.weight"].norm(dim=0)
+    for norms in (rows, cols, weights["model.tok_emb.weight"].norm(dim=1)):
+        torch.testing.assert_close(norms, torch.ones_like(norms))
