@@ -3,39 +3,39 @@ weights back on the sphere after every step; both survive a resume bit for bit."
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
 import train
+from tests.test_abuse import signal_at_step
+from training.errors import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-# A constant learning rate: a run continued from step 2 of a 2-step run is the 4-step run.
 STEADY = ["optim.warmup_steps=0", "optim.schedule=constant", "model.n_layer=2"]
 
 
 def state(run_dir) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "last.ckpt", weights_only=False)["state_dict"]
+    return torch.load(run_dir / "last.ckpt", weights_only=True)["state_dict"]
 
 
 @pytest.mark.parametrize("placement", ["admin", "ngpt"])
-def test_a_run_continued_from_its_checkpoint_is_the_uninterrupted_run(
-    placement, tmp_path, tiny_run, compose_cfg
+def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
+    placement, tmp_path, tiny_run, compose_cfg, monkeypatch
 ):
-    base = [*tiny_run, *STEADY, f"placement={placement}", "trainer.val_check_interval=1"]
-    first = tmp_path / "first"
-    train.run(compose_cfg([*base, "trainer.max_steps=2", f"run_dir={first}"]))
-    ckpt = first / "last.ckpt"
-    continued = train.run(
-        compose_cfg(
-            [*base, "trainer.max_steps=4", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'c'}"]
-        )
-    )
-    whole = train.run(compose_cfg([*base, "trainer.max_steps=4", f"run_dir={tmp_path / 'w'}"]))
-    assert continued["resumed_from_step"] == 2 and whole["steps"] == continued["steps"] == 4
-    for key in ("final_train_loss", "final_val_loss", "best_val_loss"):
-        assert continued[key] == whole[key], key  # a second profile would change them
-    for key, value in state(tmp_path / "w").items():
-        assert torch.equal(value, state(tmp_path / "c")[key]), key
+    over = [*tiny_run, f"placement={placement}", "model.n_layer=2", "trainer.max_steps=6"]
+    signal_at_step(monkeypatch, signal.SIGTERM, at=2)  # checkpoints at step 3 and stops
+    with pytest.raises(Interrupted):
+        train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    monkeypatch.undo()
+    resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
+    assert resumed["resumed_from_step"] == 3 and resumed["status"] == "completed"
+    for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
+        assert resumed[key] == reference[key], key  # a second profile would change them
+    for key, value in state(tmp_path / "ref").items():
+        assert torch.equal(value, state(tmp_path / "run")[key]), key
 
 
 def test_admin_omegas_are_profiled_then_trained(tmp_path, tiny_run, compose_cfg):

@@ -1,6 +1,6 @@
 """The training-loop sections: train.run's steady-state step against a raw loop of the same
 work without Lightning (marginal time per step, so setup cancels), the probe callbacks' overhead
-as scripts/bench_probes.py measures it, and peak memory: this process, a short default train.py
+as scripts/bench/probes.py measures it, and peak memory: this process, a short default train.py
 job, and CPU training steps of the GPU configuration, each child polled for its peak RSS.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import inspect
 import io
 import os
 import re
@@ -22,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from scripts.bench_core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
-from scripts.bench_models import normlab_gpt
+from scripts.bench.core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
+from scripts.bench.models import normlab_gpt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- Lightning overhead
@@ -39,14 +38,8 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from training.build import (
-        build_data,
-        build_model,
-        build_optim,
-        compile_mode,
-        model_spec,
-        set_threads,
-    )
+    from training.build import build_data, build_model, model_spec, set_threads
+    from training.config import compile_mode, optim_config
     from training.task import OPTIMIZERS, lr_multiplier, param_groups
 
     set_threads(cfg.num_threads)
@@ -58,7 +51,7 @@ def raw_loop(cfg) -> None:
     model = build_model(cfg, spec, dm).to(device)
     if compile_mode(cfg.compile):
         model.compile(mode=compile_mode(cfg.compile))
-    optim, steps = build_optim(cfg), cfg.trainer.max_steps
+    optim, steps = optim_config(cfg, cfg.optim.warmup_steps), cfg.trainer.max_steps
     opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
     bf16 = "bf16" in str(cfg.trainer.precision)
@@ -145,25 +138,16 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
 
 # ---------------------------------------------------------------- probes and memory
 def bench_probes(bc: BenchConfig) -> list[Result]:
-    """scripts/bench_probes.py's plain vs probed step, read from what it prints."""
-    if not (ROOT / "scripts" / "bench_probes.py").exists():
-        return [skip("probes", "bench_probes", "scripts/bench_probes.py not found")]
-    from scripts import bench_probes
+    """scripts/bench/probes.py's plain vs probed step, read from what it prints."""
+    from scripts.bench import probes
 
     args = ["--device", bc.device]
     if bc.quick:
         args += ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4"]
         args += ["--steps-per-block", "2", "--blocks", "2"]
-    buf, argv = io.StringIO(), sys.argv
+    buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        if inspect.signature(bench_probes.main).parameters:
-            bench_probes.main(args)
-        else:  # it parses sys.argv
-            sys.argv = ["bench_probes", *args]
-            try:
-                bench_probes.main()
-            finally:
-                sys.argv = argv
+        probes.main(args)
     text = buf.getvalue()
     ms = dict(re.findall(r"^(plain|probed)\s+([\d.]+) ms/step", text, re.M))
     if set(ms) != {"plain", "probed"}:
@@ -239,7 +223,7 @@ def bench_memory(bc: BenchConfig) -> list[Result]:
     if bc.device == "cuda":  # the gpt section reports each model's GPU peak memory
         return out
     size = "quick" if bc.quick else "cuda"
-    code = f"from scripts.bench_train import gpt_steps; gpt_steps({size!r})"
+    code = f"from scripts.bench.harness import gpt_steps; gpt_steps({size!r})"
     peak = peak_rss_of([sys.executable, "-c", code], "gpt_steps")
     s = GPT_SIZES[size]
     note = f"GPU config L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, CPU fp32, 2 steps"
