@@ -34,8 +34,18 @@ from scripts.analysis.findings.norms import (
     f7_token_norms_flat,
     rmsnorm_matches,
 )
+from scripts.analysis.findings.placements import (
+    f9_late_blocks_idle,
+    f9_lns_lowers_cos,
+    f9_lns_no_worse,
+    f9_rms_grows,
+    f11_admin_matches_pre,
+    f11_admin_trains,
+    f11_post_stalls,
+)
 
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+SUN = "Sun et al. 2025"
 
 
 @dataclass(frozen=True)
@@ -201,8 +211,46 @@ FINDINGS: dict[str, Finding] = {
                 "Ding et al. 2021; Kim et al. 2025",
                 trains_deep("sandwich"),
             ),
+            Claim("P5", "Admin trains at the deepest depth", LIU, trains_deep("admin")),
         ),
         plots=("best_val_vs_depth.png",),
+    ),
+    "f9": Finding(
+        "f9_depth_curse",
+        "F9: the curse of depth in Pre-LN, and LayerNorm Scaling",
+        (
+            Claim(
+                "F9a",
+                "Pre-LN's residual stream RMS still grows in the later half",
+                SUN,
+                f9_rms_grows,
+            ),
+            Claim(
+                "F9b",
+                "Pre-LN's later blocks barely change their input (cosine near 1)",
+                SUN,
+                f9_late_blocks_idle,
+            ),
+            Claim(
+                "F9c", "LayerNorm Scaling lowers the later half's cosine", SUN, f9_lns_lowers_cos
+            ),
+            Claim("F9d", "LayerNorm Scaling ends no worse than Pre-LN", SUN, f9_lns_no_worse),
+        ),
+    ),
+    "f11": Finding(
+        "f11_admin",
+        "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls",
+        (
+            Claim("F11a", "Post-LN stalls at the deepest depth", LIU, f11_post_stalls),
+            Claim("F11b", "Admin trains at the depth where Post-LN stalls", LIU, f11_admin_trains),
+            Claim(
+                "F11c",
+                "Admin ends at least as well as Pre-LN at every depth",
+                LIU,
+                f11_admin_matches_pre,
+            ),
+        ),
+        plots=("loss_curves.png", "best_val_vs_depth.png"),
     ),
 }
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
