@@ -96,12 +96,11 @@ LNS = {"cos": [0.1, 0.5, 0.8, 0.9, 0.9, 0.92, 0.94, 0.96], "rms": [1, 2, 3, 4, 4
 
 def test_f9_pass(tmp_path: Path) -> None:
     v = by_id(evaluate("f9", f9_report(tmp_path, PRE, LNS)))
-    assert {k: x.status for k, x in v.items()} == dict.fromkeys(
-        ("F9a", "F9b", "F9c", "F9d"), "PASS"
-    )
+    assert {k: x.status for k, x in v.items()} == dict.fromkeys(F9, "PASS")
     assert v["F9a"].measured["growth"] == pytest.approx(2.0)  # 8 / 4
     assert v["F9b"].measured["cos_late"] == pytest.approx(0.9725)  # mean of 0.95 .. 0.99
     assert v["F9c"].measured["drop"] == pytest.approx(0.9725 - 0.93)
+    assert v["F9d"].measured == {"L8_lns": 2.78, "L8_pre": 2.8}
 
 
 def test_f9_fail_and_no_data(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from scripts.analysis.block_profile import block_profile
 from scripts.analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
+    Check,
     NoData,
     Verdict,
     decide,
@@ -83,16 +84,6 @@ def f9_lns_lowers_cos(report: dict, settings: dict, v: Verdict) -> Verdict:
     )
 
 
-def f9_lns_no_worse(report: dict, settings: dict, v: Verdict) -> Verdict:
-    depth = max(values(report, "n_layer"), default=None)
-    if depth is None:
-        raise NoData("no depths in the report")
-    pre = mean_score(variant(report, placement="pre", n_layer=depth))
-    lns = mean_score(variant(report, placement="lns", n_layer=depth))
-    v.threshold = f"lns <= pre + {CLOSE}"
-    return decide(v, lns <= pre + CLOSE, depth=depth, pre=pre, lns=lns, diff=lns - pre)
-
-
 # --- F11: Admin ----------------------------------------------------------------------------------
 def deepest(report: dict) -> int:
     depth = max(values(report, "n_layer"), default=None)
@@ -101,31 +92,36 @@ def deepest(report: dict) -> int:
     return depth
 
 
-def f11_post_stalls(report: dict, settings: dict, v: Verdict) -> Verdict:
-    depth = deepest(report)
-    post = mean_score(variant(report, placement="post", n_layer=depth))
-    pre = mean_score(variant(report, placement="pre", n_layer=depth))
-    v.threshold = f"post diverged, or post - pre >= {FAILS}"
-    return decide(v, post - pre >= FAILS, depth=depth, post=post, pre=pre, gap=post - pre)
+def stalls_above(worse: str, better: str) -> Check:
+    """Claim check: at the deepest depth ``worse`` ends at least FAILS above ``better``, or
+    diverged (F11: Post-LN above Pre-LN, and above Admin)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depth = deepest(report)
+        a = mean_score(variant(report, placement=worse, n_layer=depth))
+        b = mean_score(variant(report, placement=better, n_layer=depth))
+        v.threshold = f"{worse} diverged, or {worse} - {better} >= {FAILS}"
+        return decide(v, a - b >= FAILS, depth=depth, **{worse: a, better: b}, gap=a - b)
+
+    return check
 
 
-def f11_admin_trains(report: dict, settings: dict, v: Verdict) -> Verdict:
-    depth = deepest(report)
-    post = mean_score(variant(report, placement="post", n_layer=depth))
-    admin = mean_score(variant(report, placement="admin", n_layer=depth))
-    v.threshold = f"post - admin >= {FAILS} (Admin below where Post-LN stalls)"
-    return decide(v, post - admin >= FAILS, depth=depth, post=post, admin=admin, gap=post - admin)
+def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
+    """Claim check: ``candidate`` ends at most CLOSE above ``reference``, at the deepest depth or
+    at every depth (F9: LNS vs Pre-LN; F11: Admin vs Pre-LN)."""
 
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depths = values(report, "n_layer") if every_depth else [deepest(report)]
+        if not depths:
+            raise NoData("no depths in the report")
+        measured, ok = {}, True
+        for depth in depths:
+            a = mean_score(variant(report, placement=candidate, n_layer=depth))
+            b = mean_score(variant(report, placement=reference, n_layer=depth))
+            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = a, b
+            ok = ok and a <= b + CLOSE
+        where = "at every depth" if every_depth else "at the deepest depth"
+        v.threshold = f"{candidate} <= {reference} + {CLOSE}, {where}"
+        return decide(v, ok, **measured)
 
-def f11_admin_matches_pre(report: dict, settings: dict, v: Verdict) -> Verdict:
-    depths = values(report, "n_layer")
-    if not depths:
-        raise NoData("no depths in the report")
-    measured, ok = {}, True
-    for depth in depths:
-        admin = mean_score(variant(report, placement="admin", n_layer=depth))
-        pre = mean_score(variant(report, placement="pre", n_layer=depth))
-        measured[f"L{depth}_admin"], measured[f"L{depth}_pre"] = admin, pre
-        ok = ok and admin <= pre + CLOSE
-    v.threshold = f"admin <= pre + {CLOSE}, at every depth"
-    return decide(v, ok, **measured)
+    return check

@@ -37,11 +37,9 @@ from scripts.analysis.findings.norms import (
 from scripts.analysis.findings.placements import (
     f9_late_blocks_idle,
     f9_lns_lowers_cos,
-    f9_lns_no_worse,
     f9_rms_grows,
-    f11_admin_matches_pre,
-    f11_admin_trains,
-    f11_post_stalls,
+    no_worse,
+    stalls_above,
 )
 
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
@@ -234,20 +232,30 @@ FINDINGS: dict[str, Finding] = {
             Claim(
                 "F9c", "LayerNorm Scaling lowers the later half's cosine", SUN, f9_lns_lowers_cos
             ),
-            Claim("F9d", "LayerNorm Scaling ends no worse than Pre-LN", SUN, f9_lns_no_worse),
+            Claim(
+                "F9d",
+                "LayerNorm Scaling ends no worse than Pre-LN",
+                SUN,
+                no_worse("lns", "pre", every_depth=False),
+            ),
         ),
     ),
     "f11": Finding(
         "f11_admin",
         "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls",
         (
-            Claim("F11a", "Post-LN stalls at the deepest depth", LIU, f11_post_stalls),
-            Claim("F11b", "Admin trains at the depth where Post-LN stalls", LIU, f11_admin_trains),
+            Claim("F11a", "Post-LN stalls at the deepest depth", LIU, stalls_above("post", "pre")),
+            Claim(
+                "F11b",
+                "Admin trains at the depth where Post-LN stalls",
+                LIU,
+                stalls_above("post", "admin"),
+            ),
             Claim(
                 "F11c",
                 "Admin ends at least as well as Pre-LN at every depth",
                 LIU,
-                f11_admin_matches_pre,
+                no_worse("admin", "pre", every_depth=True),
             ),
         ),
         plots=("loss_curves.png", "best_val_vs_depth.png"),
