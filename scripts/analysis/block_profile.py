@@ -73,3 +73,42 @@ def block_profile(run_dir: str | Path) -> dict[str, list[float]] | None:
     profile = measure_run(run_dir)
     path.write_text(json.dumps(profile) + "\n")
     return profile
+
+
+def plot_profiles(sweep_dir: Path) -> Path:
+    """report/block_profile.png of a reported sweep: per variant, the mean over its completed
+    runs of each block's 1 - cosine (log scale: how much it changes its input) and output RMS
+    against the block's depth."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt
+
+    report = json.loads((sweep_dir / "report" / "report.json").read_text())
+    fig, (ax_cos, ax_rms) = plt.subplots(1, 2, figsize=(10, 4))
+    for row in report["variants"]:
+        runs = [r for r in row["runs"] if r["status"] == "completed"]
+        found = [p for p in (block_profile(r["run_dir"]) for r in runs) if p]
+        if not found:
+            continue
+        layers = range(1, len(found[0]["cos"]) + 1)
+        label = f"{row['label']} (n={len(found)})"
+        cos = [sum(p["cos"][i] for p in found) / len(found) for i in range(len(layers))]
+        rms = [sum(p["rms"][i] for p in found) / len(found) for i in range(len(layers))]
+        ax_cos.plot(layers, [1 - c for c in cos], marker=".", label=label)
+        ax_rms.plot(layers, rms, marker=".", label=label)
+    ax_cos.set_yscale("log")
+    ax_cos.set(xlabel="block l", ylabel="1 - mean cos(input, output)", title="what block l changes")
+    ax_rms.set(xlabel="block l", ylabel="RMS of the stream after block l", title="stream scale")
+    ax_cos.legend(fontsize=7)
+    fig.tight_layout()
+    path = sweep_dir / "report" / "block_profile.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":  # python -m scripts.analysis.block_profile SWEEP_DIR
+    import sys
+
+    print(plot_profiles(Path(sys.argv[1])))

@@ -198,7 +198,7 @@ FINDINGS: dict[str, Finding] = {
     ),
     "placements": Finding(
         "placements_depth",
-        "Placements at depth without warmup: which train deep",
+        "The placements league: every placement at two depths without warmup",
         (
             Claim("P1", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
             Claim("P2", "Pre-LN trains at the deepest depth", XIONG, trains_deep("pre")),
@@ -239,6 +239,7 @@ FINDINGS: dict[str, Finding] = {
                 no_worse("lns", "pre", every_depth=False),
             ),
         ),
+        plots=("loss_curves.png", "block_profile.png"),  # python -m scripts.analysis.block_profile
     ),
     "f11": Finding(
         "f11_admin",
