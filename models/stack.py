@@ -95,10 +95,14 @@ class Stack(nn.Module):
         """Admin's omegas (Liu et al. 2020) from one forward pass on `inputs`, in eval mode with
         every omega = 1: sub-layer i (attention and MLP each count, in order) gets
 
-            omega_i = sqrt( Var[x_0] + sum_{j<i} Var[F_j(x_{j-1})] )
+            omega_i = sqrt( 1 + sum_{j<i} Var[F_j(x_{j-1})] / Var[x_{j-1}] )
 
-        Var over every element of the batch, x_0 the first block's input: the variance a Pre-LN
-        stream would have reached at i. A no-op for placements without omegas.
+        Var over every element of the batch. Each branch's variance is taken relative to its
+        input's (1 after a norm; the embeddings' own for the first sub-layer, whose input
+        counts as the 1). With unit-variance embeddings, as the paper's models have, this is its
+        sqrt(Var[x_0] + sum_{j<i} Var[F_j]); the GPT's embeddings start at std 0.02, where that
+        unscaled sum would make the first omegas ~0.03 and cut the skip (the token's own
+        identity) out of the first sub-layers. A no-op for placements without omegas.
         """
         skips = [m for m in self.modules() if isinstance(m, OmegaResidual)]
         if not skips:
@@ -115,7 +119,7 @@ class Stack(nn.Module):
             for hook in hooks:
                 hook.remove()
             self.train(training)
-        total = seen[0][1].double().var(correction=0).item()  # Var[x_0]
-        for m, (branch, _) in zip(skips, seen, strict=True):
+        total = 1.0
+        for m, (branch, x) in zip(skips, seen, strict=True):
             m.omega.fill_(math.sqrt(total))
-            total += branch.double().var(correction=0).item()
+            total += (branch.double().var(correction=0) / x.double().var(correction=0)).item()

@@ -19,8 +19,8 @@ def population_var(t: torch.Tensor) -> float:
 
 
 def expected_omegas(model, inputs: torch.Tensor) -> list[float]:
-    """omega_i = sqrt(Var[x_0] + sum_{j<i} Var[F_j]): the forward of every Post-LN sub-layer
-    composed by hand with omega = 1, from the model's own embedding and sub-layers."""
+    """omega_i = sqrt(1 + sum_{j<i} Var[F_j] / Var[x_{j-1}]): the forward of every Post-LN
+    sub-layer composed by hand with omega = 1, from the model's own embedding and sub-layers."""
     with torch.no_grad():
         if isinstance(model, GPT):
             x = model.tok_emb(inputs) + model.pos_emb(torch.arange(inputs.shape[1]))
@@ -29,12 +29,12 @@ def expected_omegas(model, inputs: torch.Tensor) -> list[float]:
             if model.cls_token is not None:
                 x = torch.cat([model.cls_token.expand(len(inputs), -1, -1), x], dim=1)
             x = x + model.pos_emb
-        total, omegas = population_var(x), []
+        total, omegas = 1.0, []
         for block in model.blocks:
             for sub, post in ((block.attn, block.attn_post), (block.mlp, block.mlp_post)):
                 branch = sub(x)
                 omegas.append(math.sqrt(total))
-                total += population_var(branch)
+                total += population_var(branch) / population_var(x)
                 x = post(x + branch)
     return omegas
 
@@ -56,10 +56,25 @@ def test_profile_init_sets_each_omega_from_the_variances_before_it(model_name, n
     assert len(skips) == 2 * 3 == len(expected)
     for skip, value in zip(skips, expected, strict=True):
         torch.testing.assert_close(skip.omega, torch.full((16,), value), rtol=1e-5, atol=0)
-    assert expected[0] < expected[1] < expected[-1]  # the sums only grow
+    assert expected[0] == 1.0 < expected[1] < expected[-1]  # the sums only grow
     after = {k: v for k, v in model.state_dict().items() if "omega" not in k}
     assert all(torch.equal(before[k], after[k]) for k in before)  # only the omegas change
     assert model.training  # the profile runs in eval mode and gives training mode back
+
+
+@pytest.mark.parametrize("scale", [1.0, 50.0])
+def test_no_skip_starts_below_plain_post_ln(scale):
+    """Variances relative to each sub-layer's input: with the GPT's small embeddings (std 0.02)
+    as with unit-scale ones, omega_1 = 1 and every later omega > 1."""
+    torch.manual_seed(0)
+    model = build("gpt", placement="admin", n_layer=3)
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(scale)
+        model.pos_emb.weight.mul_(scale)
+    model.profile_init(batch("gpt", n=4)[0])
+    omegas = [m.omega[0].item() for m in model.modules() if isinstance(m, OmegaResidual)]
+    assert omegas[0] == 1.0 and all(w > 1.0 for w in omegas[1:])
+    assert omegas == sorted(omegas)
 
 
 def test_omegas_are_parameters_in_the_state_dict_and_learn():
