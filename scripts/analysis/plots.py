@@ -28,14 +28,10 @@ from scripts.analysis import xy  # noqa: E402
 from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
 from scripts.analysis.runs import Series  # noqa: E402
 from scripts.analysis.variants import Variant, label  # noqa: E402
+from scripts.analysis.xy import series_colors  # noqa: E402
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is
-
-
-def series_colors(labels: list[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10")
-    return {name: cmap(i % 10) for i, name in enumerate(sorted(set(labels)))}
 
 
 def series_label(variant: Variant, fields: list[str]) -> str:
