@@ -57,6 +57,7 @@ from training.launch import (
     launched_as_rank_zero,
 )
 from training.loggers import build_loggers, finish_wandb
+from training.probes import probe_summary
 from training.resume import (
     ResumePlan,
     check_fits,
@@ -109,7 +110,8 @@ def train(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> di
                 logger.save()
             trainer.save_checkpoint(run_dir / "last.ckpt", weights_only=False)
     reason = next((c.reason for c in trainer.callbacks if isinstance(c, Divergence)), None)
-    return {**task.results(), "steps": trainer.global_step, "divergence_reason": reason}
+    extra = probe_summary(trainer.callbacks)  # loss_spikes
+    return {**task.results(), "steps": trainer.global_step, "divergence_reason": reason, **extra}
 
 
 def probe_at_init(cfg: DictConfig, run_dir: Path, plan: ResumePlan, summary: dict) -> dict:

@@ -26,6 +26,7 @@ LOGGERS = ("csv", "wandb")
 WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
+SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
 SUMMARY_OF = {"val/loss": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
 
