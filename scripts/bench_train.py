@@ -39,14 +39,8 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from training.build import (
-        build_data,
-        build_model,
-        build_optim,
-        compile_mode,
-        model_spec,
-        set_threads,
-    )
+    from training.build import build_data, build_model, model_spec, set_threads
+    from training.config import compile_mode, optim_config
     from training.task import OPTIMIZERS, lr_multiplier, param_groups
 
     set_threads(cfg.num_threads)
@@ -58,7 +52,7 @@ def raw_loop(cfg) -> None:
     model = build_model(cfg, spec, dm).to(device)
     if compile_mode(cfg.compile):
         model.compile(mode=compile_mode(cfg.compile))
-    optim, steps = build_optim(cfg), cfg.trainer.max_steps
+    optim, steps = optim_config(cfg, cfg.optim.warmup_steps), cfg.trainer.max_steps
     opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
     bf16 = "bf16" in str(cfg.trainer.precision)

@@ -10,7 +10,7 @@ Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallo
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
 f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
 depth). Each sweep runs as ``python train.py -m
-experiment=<name> hydra.sweep.dir=<out>`` (f1 in train.py's mode=init_probe). Then
+experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
 scripts.compare writes <out>/report/ and scripts.findings decides the claims into
 <out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
 verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
@@ -122,12 +122,18 @@ def all_finished(out: Path, n_jobs: int) -> bool:
     return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
 
 
-def run_sweep(experiment: str, jobs: list[list[str]], out: Path, overrides: list[str]) -> int:
-    """``train.py -m`` in a subprocess with a progress bar over the jobs; its return code.
+# The program each kind of finding sweeps with.
+ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
+
+
+def run_sweep(
+    experiment: str, jobs: list[list[str]], out: Path, overrides: list[str], kind: str = "train"
+) -> int:
+    """``train.py -m`` (or the init probe's) in a subprocess, with a progress bar; its exit code.
 
     A run counts as done once it completed or diverged, or once its summary.json is rewritten:
     a failed or killed run from an earlier attempt runs again."""
-    cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={experiment}"]
+    cmd = [sys.executable, str(ROOT / ENTRIES[kind]), "-m", f"experiment={experiment}"]
     cmd += [f"hydra.sweep.dir={out}", *overrides]
     before = run_states(out, len(jobs))
     done = {k for k, (status, _) in before.items() if status in FINISHED}
@@ -175,7 +181,7 @@ def cell(text: Any) -> str:
 def verdict_markdown(record: dict) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
     if record["kind"] == "init_probe":
-        what = f"{record['n_runs']} init-probe jobs (mode=init_probe, no training)"
+        what = f"{record['n_runs']} init-probe jobs (scripts/init_probe.py, no training)"
     else:
         what = f"{record['n_runs']} runs ({fmt(record['run_status']) or 'none finished'})"
     lines = [
@@ -288,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         timing = json.loads(previous.read_text()) if previous.is_file() else None
         code = 0
     else:
-        code = run_sweep(experiment, jobs, out, args.overrides)
+        code = run_sweep(experiment, jobs, out, args.overrides, finding.kind)
     states = run_states(out, len(jobs)).values()
     ended = [s for s, _ in states if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import train
-from training.build import ConfigError
+from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
 from training.resume import AtomicCheckpointIO, keep_rows_below
 
@@ -223,7 +223,10 @@ BAD = {
     "batch 0": (["data.batch_size=0"], "data.batch_size"),
     "lr 0": (["optim.lr=0"], "lr > 0"),
     "lr < 0": (["optim.lr=-1e-3"], "lr > 0"),
-    "warmup > run": (["optim.warmup_steps=10"], "lower optim.warmup_steps"),
+    "warmup > run, strict": (
+        ["optim.warmup_steps=10", "optim.strict_warmup=true"],
+        "lower optim.warmup_steps",
+    ),
     "deepnorm alpha": (["placement=deepnorm", "placement.alpha=0"], "positive number"),
     "deepnorm beta": (["placement=deepnorm", "placement.beta=-1"], "positive number"),
     "batchnorm in gpt": (["norm=batchnorm"], "leaks future tokens"),
@@ -233,10 +236,18 @@ BAD = {
     "image columns": (["model=vit", "data=hf_image", "data.hf_id={imgs}"], "data.image_column"),
     "hub offline": (["data=hf_text"], "go online, or use data=text_files"),
     "corrupt checkpoint": (["ckpt_path={garbage}"], "unreadable"),
-    "checkpoint of another model": (["ckpt_path={other}"], "does not fit this model"),
+    "checkpoint of another model": (["ckpt_path={other}"], "ckpt_path continues a run"),
     "other settings in the run dir": (["run_dir={other_dir}"], "resume=false"),
     "wandb online, no network": (["logger=wandb", "logger.wandb.mode=online"], "mode=offline"),
-    "unknown mode": (["mode=fit"], "choose one of: train, init_probe"),
+    "unknown root key": (["+placment=post"], "'placment' (did you mean placement?)"),
+    "lr a list": (["optim.lr=[1,2]"], "optim.lr=[1, 2] must be of type float"),
+    "lr a word": (["optim.lr=abc"], "optim.lr='abc' must be of type float"),
+    "seed a float": (["seed=1.5"], "seed=1.5 must be of type int"),
+    "batch a float": (["data.batch_size=1e9"], "data.batch_size must be an integer"),
+    "threads < 1": (["num_threads=-1"], "num_threads must be >= 1"),
+    "warmup a float": (["optim.warmup_steps=2.5"], "optim.warmup_steps must be an integer"),
+    "probe interval a word": (["+probes.every.grad_norm=often"], "probes.every"),
+    "NUL corpus": (["data=text_files", "data.paths=[{nul}]"], "data.paths"),
 }
 
 
@@ -250,6 +261,7 @@ def test_bad_input_exits_with_one_line_and_no_claim_of_success(
         "tmp": tmp_path,
         "empty": text_file(tmp_path, "empty.txt", b""),
         "latin1": text_file(tmp_path, "latin1.txt", "café crème ".encode("latin-1") * 50),
+        "nul": text_file(tmp_path, "nul.txt", b"\x00" * 5000),
         "imgs": image_dataset_with_other_columns(tmp_path) if "imgs}" in str(overrides) else "",
         "garbage": text_file(tmp_path, "garbage.ckpt", b"not a checkpoint"),
         "other": other_checkpoint / "last.ckpt",

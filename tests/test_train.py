@@ -23,18 +23,13 @@ import train
 from models.gpt import GPT
 from models.norms import NORMS
 from models.placement import PLACEMENTS
-from training.build import (
-    MODELS,
-    NORM_KEYS,
-    PLACEMENT_KEYS,
-    ConfigError,
-    allow_tf32,
-    build_optim,
-    build_probe_configs,
-    from_node,
-)
+from training.build import MODELS, NORM_KEYS, PLACEMENT_KEYS, allow_tf32
+from training.config import node_to, optim_config
+from training.divergence import DivergenceConfig
+from training.errors import ConfigError
 from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
+from training.probes import ProbeConfig
 from training.task import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,12 +77,13 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
     assert cfg[group] is not None
     spec = MODELS[cfg.model.name]
     # Every key of the model-facing groups must be a field the model config accepts.
-    from_node(spec.config, cfg.placement, "placement", PLACEMENT_KEYS)
-    from_node(spec.config, cfg.norm, "norm", NORM_KEYS)
-    from_node(spec.config, without(cfg.model, "name"), "model")
-    from_node(spec.data_config, without(cfg.data, "kind", "batch_size"), "data")
-    build_optim(cfg)
-    build_probe_configs(cfg)
+    node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config)
+    node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config)
+    node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config)
+    node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
+    optim_config(cfg, cfg.optim.warmup_steps)
+    node_to(ProbeConfig, cfg.probes, "probes")
+    node_to(DivergenceConfig, cfg.divergence, "divergence")
     trainer_args = set(inspect.signature(L.Trainer.__init__).parameters)
     assert set(cfg.trainer) <= trainer_args, set(cfg.trainer) - trainer_args
 
@@ -302,11 +298,11 @@ def test_compile_trains_like_eager(tmp_path, monkeypatch):
 def test_absurd_learning_rate_ends_as_diverged_with_exit_code_0(tmp_path):
     over = [*TINY, "logger=csv", "trainer.max_steps=20", "optim.lr=300", "optim.warmup_steps=0"]
     cfg = compose_cfg([*over, "model.block_size=16", "data.val_batches=1", f"run_dir={tmp_path}"])
-    assert train.main(cfg) is None  # Hydra's entry returns: the process exits with code 0
+    assert train.main(cfg)["outcome"] == "diverged"  # returns: the process exits with code 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     step = summary["diverged_at_step"]
     assert summary["status"] == "diverged" and isinstance(step, int) and 0 < step < 19
-    assert summary["steps"] == step + 1  # the diverged step is counted, nothing after it runs
+    assert summary["steps"] == step  # the healthy steps; nothing after the diverged one runs
     assert summary["divergence_reason"]
     assert not (tmp_path / "last.ckpt").exists()  # no checkpoint that looks like a good model
     rows = read_metrics(tmp_path / "metrics.csv")
@@ -327,16 +323,18 @@ def test_injected_non_finite_loss_stops_at_that_step(tmp_path, monkeypatch):
     monkeypatch.setattr(models.gpt.GPT, "forward", nan_at_step_3)
     over = [*TINY, "logger=csv", "trainer.max_steps=8", "model.block_size=16", "data.val_batches=1"]
     summary = train.run(compose_cfg([*over, f"run_dir={tmp_path}"]))
-    assert (summary["status"], summary["diverged_at_step"], summary["steps"]) == ("diverged", 3, 4)
+    # steps: the healthy steps before the diverged one
+    assert (summary["status"], summary["diverged_at_step"], summary["steps"]) == ("diverged", 3, 3)
     rows = read_metrics(tmp_path / "metrics.csv")
     losses = {int(r["step"]): float(r["train/loss"]) for r in rows if r["train/loss"]}
     assert sorted(losses) == [0, 1, 2, 3] and math.isnan(losses[3])
     assert summary["final_train_loss"] == pytest.approx(losses[2])  # the last finite loss
 
 
-def test_init_probe_mode_measures_real_batches_without_training(tmp_path):
+def test_init_probe_measures_real_batches_without_training(tmp_path):
+    from scripts import init_probe as init_probe_script
+
     over = [
-        "mode=init_probe",
         "model.n_embd=32",
         "model.n_head=2",
         "model.block_size=16",
@@ -349,7 +347,8 @@ def test_init_probe_mode_measures_real_batches_without_training(tmp_path):
         f"run_dir={tmp_path}",
     ]
     cfg = compose_cfg(over)
-    summary = train.run(cfg)
+    assert init_probe_script.main(cfg)["outcome"] == "completed"
+    summary = json.loads((tmp_path / "summary.json").read_text())
     probe = json.loads((tmp_path / "probe.json").read_text())
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["status"] == "completed" and on_disk["steps"] == 0

@@ -1,24 +1,22 @@
-"""Turn a composed config into the parts of a run: data, model, task, callbacks, trainer, summary.
+"""Build a run from the composed config: data, model, task, callbacks, loggers, trainer; fit it.
 
-Config nodes hold primitives only; names become classes here, through the MODELS registry and
-typed dataclasses, so an unknown key or name fails before any training with one clear line.
+Config nodes hold primitives only; names become classes here, through the MODELS registry and the
+typed config dataclasses (training/config.py checks every value against its field's type and
+range), so an unknown key, name or value fails before any training with one clear line.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
-from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -26,12 +24,22 @@ from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
-from training.divergence import DivergenceConfig
-from training.loggers import WandbMetrics
-from training.probes import ProbeConfig
+from training.config import check_run_length, compile_mode, node_to, optim_config
+from training.divergence import Divergence, DivergenceConfig
+from training.errors import BUILD_ERRORS, ConfigError
+from training.launch import launched_as_rank_zero
+from training.loggers import WandbMetrics, build_loggers, wandb_run_id
+from training.probes import ProbeConfig, probe_summary
 from training.probes import build_callbacks as probe_callbacks
-from training.resume import AtomicCheckpointIO, PeriodicCheckpoint, default_every_n_steps
-from training.task import ImageClassificationTask, LanguageModelTask, OptimConfig, TrainTask
+from training.resume import (
+    AtomicCheckpointIO,
+    ResumeCheckpoint,
+    check_fits,
+    default_every_n_steps,
+    metrics_cut,
+)
+from training.rundir import Attempt
+from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
@@ -40,30 +48,6 @@ warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists 
 warnings.filterwarnings("ignore", message=r".*when logging on epoch level in distributed")
 # A deprecation inside lightning's own use of torch's pytree; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; the message names the fix."""
-
-
-def from_node(cls: type, node: Any, where: str, renames: dict[str, str] | None = None):
-    """The node as keyword args for ``cls`` (keys renamed); a missing or unknown key fails by its
-    config path, listing the valid keys."""
-    renames = renames or {}
-    for key in node:
-        if OmegaConf.is_missing(node, key):
-            raise ConfigError(f"{where}.{key} must be set: add {where}.{key}=... to the command")
-    values = OmegaConf.to_container(node, resolve=True)
-    valid = {f.name for f in fields(cls)}
-    back = {field: key for key, field in renames.items()}
-    accepted = sorted(back.get(f, f) for f in valid)
-    for key in values:
-        if renames.get(key, key) not in valid:
-            raise ConfigError(
-                f"{where}.{key} is not a setting of {cls.__name__}; "
-                f"valid keys: {', '.join(accepted)}"
-            )
-    return {renames.get(k, k): v for k, v in values.items()}
 
 
 # --- what each model needs: its config and module, its task, and the data family it reads ----
@@ -119,10 +103,18 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
 
 def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
     """The datamodule, set up now: the model's vocabulary or image shape depends on it."""
-    node = OmegaConf.masked_copy(cfg.data, [k for k in cfg.data if k not in ("kind", "batch_size")])
-    data_cfg = spec.data_config(**from_node(spec.data_config, node, "data"))
+    data_cfg = node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
     dm = spec.datamodule(data_cfg, cfg)
-    dm.setup("fit")
+    try:
+        dm.setup("fit")
+    except BUILD_ERRORS:
+        raise
+    except Exception as err:  # the datasets library's own errors: one line, naming the inputs
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ConfigError(
+            f"cannot load data={cfg.data.source} ({type(err).__name__}: {first}); check "
+            "data.paths / data.hf_id and that the files hold text (or images)"
+        ) from err
     return dm
 
 
@@ -133,47 +125,16 @@ NORM_KEYS = {"name": "norm", "eps": "norm_eps", "alpha": "dyt_alpha", "groups": 
 
 def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
     """Model config = model node + placement node + norm node + the fields the data decides."""
-    model_node = OmegaConf.masked_copy(cfg.model, [k for k in cfg.model if k != "name"])
-    kwargs = {
-        **from_node(spec.config, model_node, "model"),
-        **from_node(spec.config, cfg.placement, "placement", PLACEMENT_KEYS),
-        **from_node(spec.config, cfg.norm, "norm", NORM_KEYS),
-        **spec.data_fields(dm),
-    }
-    return spec.config(**kwargs)
+    parts = (
+        node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config),
+        node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config),
+        node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config),
+    )
+    return spec.config(**{k: v for part in parts for k, v in part.items()}, **spec.data_fields(dm))
 
 
 def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
     return spec.module(model_config(cfg, spec, dm))
-
-
-def build_optim(cfg: DictConfig) -> OptimConfig:
-    return OptimConfig(**from_node(OptimConfig, cfg.optim, "optim"))
-
-
-def check_run_length(cfg: DictConfig) -> None:
-    """Values Lightning would accept silently (max_steps=-1 runs forever, 0 trains nothing)."""
-    steps, warmup = cfg.trainer.max_steps, cfg.optim.warmup_steps
-    if not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"trainer.max_steps must be a positive integer, got {steps!r}")
-    if isinstance(warmup, int) and warmup > steps:
-        raise ConfigError(
-            f"optim.warmup_steps={warmup} is longer than the run (trainer.max_steps={steps}); "
-            f"lower optim.warmup_steps (e.g. optim.warmup_steps={max(1, steps // 10)}) "
-            "or raise trainer.max_steps"
-        )
-    node = cfg.get("checkpoint") or {}
-    every, seconds = node.get("every_n_steps"), node.get("every_s")
-    if every is not None and (not isinstance(every, int) or every < 1):
-        raise ConfigError(f"checkpoint.every_n_steps must be >= 1 or null, got {every!r}")
-    if seconds is not None and seconds <= 0:
-        raise ConfigError(f"checkpoint.every_s must be > 0 or null, got {seconds!r}")
-
-
-def build_probe_configs(cfg: DictConfig) -> tuple[ProbeConfig, DivergenceConfig]:
-    probes = from_node(ProbeConfig, cfg.get("probes") or {}, "probes")
-    divergence = from_node(DivergenceConfig, cfg.get("divergence") or {}, "divergence")
-    return ProbeConfig(**probes), DivergenceConfig(**divergence)
 
 
 # --- callbacks and trainer -------------------------------------------------------------------
@@ -184,26 +145,25 @@ class StepProgressBar(RichProgressBar):
         return "train steps"
 
 
-def build_callbacks(
-    cfg: DictConfig, run_dir: Path, probes: ProbeConfig, divergence: DivergenceConfig
-) -> list[Callback]:
+def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Callback]:
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
-    (after the probes: it may clear a non-finite gradient they read) and periodic last.ckpt."""
+    (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
     callbacks: list[Callback] = []
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar(leave=True))
     callbacks.append(WandbMetrics())
+    probes = node_to(ProbeConfig, cfg.get("probes") or {}, "probes")
+    divergence = node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence")
     callbacks += probe_callbacks(probes, divergence)
     if cfg.trainer.get("enable_checkpointing", True):
         node = cfg.get("checkpoint") or {}
         every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)
-        callbacks.append(PeriodicCheckpoint(run_dir / "last.ckpt", every, node.get("every_s")))
+        path = run_dir / "last.ckpt"
+        callbacks.append(ResumeCheckpoint(path, every, node.get("every_s"), settings))
     return callbacks
 
 
-def build_trainer(
-    cfg: DictConfig, run_dir: Path, loggers: list[Logger], callbacks: list[Callback]
-) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     try:
         return L.Trainer(
@@ -215,23 +175,6 @@ def build_trainer(
         )
     except TypeError as err:
         raise ConfigError(f"trainer: {err}; keys under trainer are lightning.Trainer args") from err
-
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def compile_mode(value: object) -> str | None:
-    """The torch.compile mode `compile` asks for: null/false is eager, true is "default"."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return "default"
-    if value not in COMPILE_MODES:
-        raise ValueError(
-            f"compile={value!r} is not a torch.compile mode; use true, false or one of: "
-            + ", ".join(COMPILE_MODES)
-        )
-    return str(value)
 
 
 def allow_tf32(accelerator: str) -> None:
@@ -251,59 +194,71 @@ def set_threads(num_threads: int | None) -> int:
     return n
 
 
-# --- summary ----------------------------------------------------------------------------------
-def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
-    """The fields summary.json holds whatever happens to the run."""
-    summary = {
-        "status": "failed",
-        "mode": cfg.get("mode", "train"),
-        "name": cfg.name,
-        "model": cfg.model.name,
-        "placement": cfg.placement.name,
-        "norm": cfg.norm.name,
-        "n_layer": cfg.model.n_layer,
-        "n_embd": cfg.model.n_embd,
-        "lr": cfg.optim.lr,
-        "warmup_steps": cfg.optim.warmup_steps,
-        "seed": cfg.seed,
-        "steps": 0,
-        "diverged_at_step": None,
-        "final_train_loss": None,
-        "final_val_loss": None,
-        "best_val_loss": None,
-        "wall_s": None,
-        "run_dir": str(run_dir),
-        "params": None,
-        "resumed_from_step": None,
-    }
-    if cfg.model.name == "vit":
-        summary.update(final_val_acc=None, best_val_acc=None, samples_per_s=None)
-    else:
-        summary["tokens_per_s"] = None
-    return summary
+# --- the run ---------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """A built run: fit it with ``fit()``, which returns the task's part of summary.json."""
+
+    task: TrainTask
+    datamodule: L.LightningDataModule
+    trainer: L.Trainer
+    ckpt_path: Path | None
+
+    def fit(self) -> dict:
+        """Train (or continue), then validate and checkpoint the final weights unless the run
+        diverged or was interrupted (a diverged run keeps no checkpoint that looks final)."""
+        trainer, task = self.trainer, self.task
+        trainer.fit(task, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
+        resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)
+        divergence = next((c for c in trainer.callbacks if isinstance(c, Divergence)), None)
+        interrupted = resume.interrupted if resume is not None else None
+        if interrupted is not None:
+            task.status = "interrupted"
+        healthy = task.status == "completed"
+        if healthy and task.last_val_step != trainer.global_step:
+            trainer.validate(task, datamodule=self.datamodule, verbose=False)
+        if healthy and resume is not None:
+            resume.save(trainer, final=True)
+        steps = trainer.global_step
+        if task.status == "diverged" and task.diverged_at_step is not None:
+            steps = task.diverged_at_step  # the healthy steps; the diverged one is not counted
+        reason = divergence.reason if divergence is not None else None
+        return {
+            **task.results(),
+            "steps": steps,
+            "divergence_reason": reason,
+            "interrupted_by": interrupted,
+            **probe_summary(trainer.callbacks),  # loss_spikes
+        }
 
 
-def write_summary(path: Path, summary: dict) -> None:
-    """Written whole or not at all: a kill mid-write leaves the previous file."""
-
-    def clean(v: Any) -> Any:  # JSON has no NaN/inf: write null
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [clean(x) for x in v]
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(clean(summary), indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def result_line(summary: dict) -> str:
-    def fmt(v: Any) -> str:
-        return "n/a" if v is None else f"{v:.4f}"
-
-    acc = f" val_acc={fmt(summary['final_val_acc'])}" if "final_val_acc" in summary else ""
-    return (
-        f"val_loss={fmt(summary['final_val_loss'])}{acc} status={summary['status']} "
-        f"dir={summary['run_dir']}"
+def build(cfg: DictConfig, attempt: Attempt) -> Run:
+    """Everything the fit needs, checked before the first step (bad input: ConfigError)."""
+    run_dir, plan = attempt.run_dir, attempt.plan
+    try:  # a bad name or value fails here, before any training
+        warmup = check_run_length(cfg)
+        mode = compile_mode(cfg.compile)
+        allow_tf32(str(cfg.trainer.get("accelerator", "auto")))
+        spec = model_spec(cfg)
+        dm = build_data(cfg, spec)
+        model = build_model(cfg, spec, dm)
+        optim = optim_config(cfg, warmup)
+        task = spec.task(model, optim, total_steps=cfg.trainer.max_steps, seed=cfg.seed)
+        if plan.ckpt is not None:
+            check_fits(plan.ckpt_path, plan.ckpt, task)
+        wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
+        callbacks = build_callbacks(cfg, run_dir, attempt.settings)
+        loggers = build_loggers(cfg, run_dir, metrics_cut(plan.ckpt), wandb_id)
+    except BUILD_ERRORS as err:
+        raise ConfigError(str(err)) from err
+    attempt.summary.update(
+        params=model.num_params(),
+        resumed_from_step=None if plan.ckpt is None else int(plan.ckpt["global_step"]),
+        warmup_steps=optim.warmup_steps,
     )
+    plan.ckpt = None  # Lightning reads the file itself; free the copy
+    if hasattr(dm, "save_vocab") and launched_as_rank_zero():
+        dm.save_vocab(run_dir / "vocab.json")
+    if mode:
+        model.compile(mode=mode)
+    return Run(task, dm, build_trainer(cfg, run_dir, loggers, callbacks), plan.ckpt_path)

@@ -14,15 +14,13 @@ grad_norm/fc2 of the last layer. Xiong's prediction: last_fc2 stays flat across 
 Post-LN and falls like 1/sqrt(L) for Pre-LN (``depth_slopes`` fits log last_fc2 against log L:
 about 0 and -0.5); act_norm is flat across layers for Post-LN and grows with the layer for Pre-LN.
 
-    python -m training.init_probe --placements post pre deepnorm --depths 2 6 12 24 48 --seeds 0 1 2
+    python -m scripts.init_probe init_probe.depths=[6,12,24,48]    # on the configured data
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -183,27 +181,6 @@ def random_batches(cfg: GPTConfig | ViTConfig, k: int, batch_size: int, seed: in
     return out
 
 
-def embedded_batches(
-    cfg: GPTConfig | ViTConfig, k: int, batch_size: int, seed: int
-) -> tuple[GPTConfig | ViTConfig, list[Batch]]:
-    """K train batches of the embedded corpora (Python docs text, digits); adapts cfg to them."""
-    if isinstance(cfg, GPTConfig):
-        from data.text import TextDataConfig, TextDataModule
-
-        dm = TextDataModule(TextDataConfig(), cfg.block_size, batch_size, seed)
-        dm.setup()
-        cfg = replace(cfg, vocab_size=dm.vocab_size)
-    else:
-        from data.vision import ImageDataConfig, ImageDataModule
-
-        dm = ImageDataModule(ImageDataConfig(), batch_size, seed)
-        dm.setup()
-        cfg = replace(
-            cfg, image_size=dm.image_size, in_chans=dm.in_chans, num_classes=dm.num_classes
-        )
-    return cfg, [dm.train_batch(step) for step in range(k)]
-
-
 def format_table(result: dict) -> str:
     lines = [f"{'placement':<10} {'L':>4} {'last_fc2 grad':>22} {'act_norm first->last':>22}"]
     for run in result["runs"]:
@@ -216,44 +193,3 @@ def format_table(result: dict) -> str:
         text = "n/a" if slope is None or math.isnan(slope) else f"{slope:+.3f}"
         lines.append(f"d log(last_fc2) / d log(L), {placement}: {text}")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=("gpt", "vit"), default="gpt")
-    p.add_argument("--placements", nargs="+", default=["post", "pre", "deepnorm"])
-    p.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12, 24, 48])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--k-batches", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--data", choices=("random", "embedded"), default="random")
-    p.add_argument("--n-embd", type=int, default=64)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--block-size", type=int, default=64, help="GPT context")
-    p.add_argument("--vocab-size", type=int, default=64, help="GPT on random data")
-    p.add_argument("--norm", default="layernorm")
-    p.add_argument("--init", default="xavier")
-    p.add_argument("--out", default="probe.json")
-    args = p.parse_args(argv)
-    if args.k_batches < 1 or args.batch_size < 1:
-        p.error("--k-batches and --batch-size must be >= 1")
-    common = dict(n_embd=args.n_embd, n_head=args.n_head, norm=args.norm, init=args.init)
-    if args.model == "gpt":
-        cfg = GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, **common)
-    else:
-        cfg = ViTConfig(**common)
-    if args.data == "embedded":
-        cfg, batches = embedded_batches(cfg, args.k_batches, args.batch_size, seed=0)
-    else:
-        batches = random_batches(cfg, args.k_batches, args.batch_size, seed=0)
-    start = time.perf_counter()
-    result = init_probe(cfg, batches, args.placements, args.depths, args.seeds)
-    result["wall_s"] = time.perf_counter() - start
-    path = write_probe_json(result, args.out)
-    print(format_table(result))
-    print(f"wrote {path} in {result['wall_s']:.1f} s")
-    return result
-
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,10 @@
   After the job, the process group and the launcher's environment go, so the next job of the
   sweep launches its own processes.
 - ``SweepStatus``: a failed job does not stop a sweep (train.py records it and goes on); at
-  the end this Hydra callback lists the sweep's jobs by status and exits non-zero if any failed.
+  the end this Hydra callback counts what this launch's jobs did (completed, diverged, skipped,
+  refused, failed) and exits non-zero if any job failed, was refused or never ended.
+- ``path_safe``: names that become directories (a sweep job's ``${name}``) cannot leave the
+  sweep dir: every character but letters, digits and ``._=,+-`` becomes ``_``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -24,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig, read_write
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, read_write
+
+from training.errors import in_multirun
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -65,14 +73,48 @@ def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
                 )
 
 
+def path_safe(name: str) -> str:
+    """``name`` as one directory name: no separators, no leading dot (so no ``..``)."""
+    safe = re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(name))
+    return "_" + safe if safe.startswith(".") or not safe else safe
+
+
+if not OmegaConf.has_resolver("path_safe"):
+    OmegaConf.register_new_resolver("path_safe", path_safe)
+
+
+def root_keys(conf: Path = CONF) -> set[str]:
+    """The keys the root config and its groups define (what a plain ``key=value`` may set)."""
+    keys = {p.name for p in conf.iterdir() if p.is_dir()}
+    for line in (conf / "config.yaml").read_text().splitlines():
+        match = re.match(r"^([A-Za-z_][\w]*):", line)
+        if match and match.group(1) != "defaults":
+            keys.add(match.group(1))
+    return keys
+
+
+def preflight(args: Sequence[str], conf: Path = CONF) -> None:
+    """Command-line mistakes Hydra would answer with a page, as one line before it composes:
+    an unknown group option, or an unknown root key (with the closest valid one)."""
+    from training.config import closest
+
+    try:
+        check_choices(args, conf)
+    except ChoiceError as err:
+        raise SystemExit(f"error: {err}") from None
+    valid = root_keys(conf)
+    for arg in args:
+        if "=" not in arg or arg.startswith(("-", "+", "~")):
+            continue  # flags, and keys the user adds or deletes on purpose
+        root = arg.split("=", 1)[0].split(".", 1)[0].split("/", 1)[0]
+        if root not in valid:
+            raise SystemExit(
+                f"error: unknown setting '{root}'{closest(root, valid)} in '{arg}'; "
+                f"valid settings: {', '.join(sorted(valid))}"
+            )
+
+
 # --- DDP child processes under -m ----------------------------------------------------------
-def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 # What Lightning's DDP launcher sets in its own process's environment, and never unsets: left
 # there, the next job of a sweep would take LOCAL_RANK for a process started from outside and
 # wait for ranks that nobody starts.
@@ -126,36 +168,65 @@ def launched_as_rank_zero() -> bool:
 
 
 # --- the end of a sweep ----------------------------------------------------------------------
-def sweep_statuses(sweep_dir: Path) -> dict[Path, dict[str, Any]]:
-    """Each job dir's summary (status 'unfinished' when it has none)."""
-    out: dict[Path, dict[str, Any]] = {}
-    jobs = [
-        p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir() or (p / "summary.json").is_file()
-    ]
-    for job in sorted(jobs):
-        try:
-            out[job] = json.loads((job / "summary.json").read_text())
-        except (OSError, ValueError):
-            out[job] = {"status": "unfinished"}
-    return out
+OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
+
+
+def outcome_path(sweep_dir: Path, job_dir: str) -> Path:
+    return sweep_dir / OUTCOMES / f"{Path(job_dir).name}.json"
 
 
 class SweepStatus(HydraCallback):
-    """After a multirun: one line of status counts, one line per failed job, and exit code 1
-    when any job failed or left no summary (each job's error is in its summary.json)."""
+    """Each job of this launch records what it did (ran to completed / diverged / failed, or was
+    skipped as finished, or refused); at the end one status line counts them, one line names
+    each job that failed, was refused or never ended, and the exit code is 1 if any did."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._write(config, {"outcome": "unfinished"})  # replaced when the job ends
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        try:
+            value = job_return.return_value
+        except Exception as err:  # the job raised past train.py's own handling
+            value = {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
+        self._write(config, value if isinstance(value, dict) else {"outcome": "failed"})
+
+    def _write(self, config: DictConfig, record: dict) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
+            return
+        path = outcome_path(Path(config.hydra.sweep.dir), config.hydra.runtime.output_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.is_dir() or not launched_as_rank_zero():
+        if not (sweep_dir / OUTCOMES).is_dir() or not launched_as_rank_zero():
             return
-        statuses = sweep_statuses(sweep_dir)
-        counts = Counter(s.get("status", "unfinished") for s in statuses.values())
-        text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        records = {}
+        for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
+            try:
+                records[path.stem] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                records[path.stem] = {"outcome": "unfinished"}
+        counts = Counter(r.get("outcome", "failed") for r in records.values())
+        text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
         print(f"sweep {sweep_dir}: {text}", flush=True)
-        bad = ("failed", "unfinished")
-        failed = [(job, s) for job, s in statuses.items() if s.get("status") in bad]
-        for job, summary in failed:
-            why = summary.get("error", "no summary.json: killed, or still running")
-            print(f"  {summary['status']}: {job.name}: {why}", flush=True)
-        if failed:
+        bad = [(job, r) for job, r in records.items() if r.get("outcome") in BAD_OUTCOMES]
+        for job, record in bad:
+            why = record.get("error", "no outcome: killed, or still running")
+            print(f"  {record.get('outcome')}: {job}: {why}", flush=True)
+        if bad:
             raise SystemExit(1)
+
+
+# Outcomes that mean the sweep did not do the work asked of it.
+BAD_OUTCOMES = ("failed", "refused", "unfinished", "interrupted")
+
+
+def job_outcome(summary: dict, skipped: bool) -> dict:
+    """What train.py returns to Hydra for a job: its outcome and status (see SweepStatus)."""
+    status = summary.get("status")
+    outcome = "skipped" if skipped else status
+    return {"outcome": outcome, "status": status, "error": summary.get("error")}

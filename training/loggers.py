@@ -133,3 +133,10 @@ def finish_wandb(summary: dict | None = None) -> None:
         keys = ("status", "diverged_at_step", "best_val_loss", "best_val_acc", "final_val_loss")
         wandb.run.summary.update({k: summary[k] for k in keys if k in summary})
     wandb.finish(exit_code=0 if summary is None or summary.get("status") != "failed" else 1)
+
+
+def wandb_run_id(run_dir: Path) -> str | None:
+    """The id of the latest wandb run in ``run_dir`` (``<mode>-run-<time>-<id>`` dirs), which a
+    resumed attempt continues."""
+    runs = sorted(p.name for p in (run_dir / "wandb").glob("*run-*-*") if p.is_dir())
+    return runs[-1].rsplit("-", 1)[-1] if runs else None

@@ -1,35 +1,32 @@
-"""Resuming a run in its own directory: atomic periodic checkpoints and gap-free metrics.
+"""Resuming a run in its own directory: atomic checkpoints, safe loading and gap-free metrics.
 
-Running the same command into the same run dir again picks up where the last attempt stopped:
+Running the same command into the same run dir again picks up where the last attempt stopped
+(training/rundir.py decides which): a finished run is skipped, an unfinished one continues from
+``last.ckpt``, an empty dir starts at step 0.
 
-    summary.json says completed or diverged   -> skipped: its summary is returned, nothing runs
-    last.ckpt exists                          -> the fit continues from it
-    otherwise                                 -> the fit starts at step 0
+Everything resume needs travels in the checkpoint, in the state of one callback,
+``ResumeCheckpoint``: the run's settings (checked against a rerun's), and which metrics.csv rows
+were on disk when it was written. A checkpoint taken at optimizer step G is written after every
+metric row of steps < G (the task and the probes log a step's rows before its
+``on_train_batch_end``; the loggers are flushed just before the write) and before any row of a
+later step. When a validation runs at G, the checkpoint waits for it (a resumed fit does not
+repeat a validation that was due at its starting step), so the val rows at G are on disk too. A
+resumed run keeps exactly those rows (``step < metrics_below``, plus val rows at ``val_done_at``)
+and logs the rest again: rows a killed attempt wrote after its checkpoint are superseded, never
+duplicated, and no step goes missing. (Lightning's CSVLogger deletes metrics.csv when it starts,
+hence ``ResumableCSVLogger``.)
 
-``resume=false`` starts fresh instead: the old attempt's checkpoints, metrics.csv and summary.json
-move to ``<run_dir>/checkpoints/superseded-<time>/`` first. A run dir remembers the config that
-produced it (summary.json and every checkpoint hold it); resuming or skipping with a config that
-would change the result fails with the differing keys named, instead of mixing two runs.
-
-Metrics: a checkpoint taken at optimizer step G is written after every metric row of steps < G
-(the tasks and probes log a step's rows before its ``on_train_batch_end``, and the loggers are
-flushed just before the write) and before any row of step > G. When a validation runs at G, the
-checkpoint waits for it (Lightning's resume skips a validation that was due at the checkpoint's
-step), so its val rows at G are on disk too. A resumed run keeps exactly the metrics.csv rows
-written before its checkpoint, by the rule ``step < metrics_below``, plus the val rows at G when
-``val_done_at`` is G (the final checkpoint, after the final validation, has metrics_below
-G + 1), and logs the rest again: rows that the killed attempt wrote after its checkpoint are
-superseded, never duplicated, and no step goes missing.
+SIGTERM (SLURM, ``timeout``) and SIGINT stop the fit at the next step boundary with a fresh
+checkpoint; the run is recorded as ``interrupted`` and the same command resumes it.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import errno
 import os
-import shutil
+import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,92 +37,183 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-FINISHED = ("completed", "diverged")
 CHECKPOINT = "last.ckpt"
-# Files of an attempt that resume=false moves aside (compare.py skips checkpoints/).
-ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "metrics.csv", "summary.json", "probe.json")
-# Config keys that do not change a run's result: they may differ between attempts.
-OPERATIONAL = (
-    "run_dir",
-    "name",
-    "group",
-    "resume",
-    "ckpt_path",
-    "debug",
-    "num_threads",
-    "compile",
-    "logger",
-    "checkpoint",
-    "probes",
-    "reproduce",  # experiments' verdict settings: judged after the runs, not part of them
-    "trainer.accelerator",
-    "trainer.strategy",
-    "trainer.precision",
-    "trainer.deterministic",
-    "trainer.benchmark",
-    "trainer.detect_anomaly",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.enable_checkpointing",
-    "trainer.log_every_n_steps",
-)
+STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
+DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM)
 
 
-# --- writing checkpoints ----------------------------------------------------------------------
+class DiskError(OSError):
+    """The run dir cannot be written; the message names the directory and the fix."""
+
+
+def disk_error(err: OSError, path: Path) -> DiskError | OSError:
+    """A one-line DiskError for a full, read-only or forbidden directory; else ``err``."""
+    if err.errno not in DISK_ERRORS:
+        return err
+    why = "is full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "is not writable"
+    return DiskError(
+        err.errno,
+        f"cannot write {path.name}: {path.parent} {why} ({os.strerror(err.errno)}); free space "
+        "or fix the permissions there, or pick another dir with hydra.run.dir=...; the last good "
+        "checkpoint is intact",
+    )
+
+
+# --- writing and reading checkpoints --------------------------------------------------------
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes ``<path>.tmp`` next to the target, fsyncs it, then renames it over the target.
-
-    A kill at any moment leaves either the old checkpoint or the new one. (Lightning's own save
-    goes through a temp file in the system temp dir and ``shutil.move``, which copies in place
-    when that dir is on another filesystem, and holds the whole checkpoint in memory twice.)
-    """
+    """Writes ``<path>.tmp`` next to the target, fsyncs it, then renames it over the target, so a
+    kill or a full disk at any moment leaves the old checkpoint or the new one, never a mix.
+    (Lightning's own save goes through the system temp dir and ``shutil.move``, which copies in
+    place across filesystems.) Loading never unpickles code (``weights_only=True``)."""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise disk_error(err, path) from err
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None):
+        return load_checkpoint(Path(path))
 
 
-class PeriodicCheckpoint(Checkpoint):
-    """``last.ckpt`` every ``every_n_steps`` optimizer steps, and also once ``every_s`` seconds
-    have passed since the last write (None: steps only).
+def load_checkpoint(path: Path) -> dict:
+    """Tensors, containers and numbers only: a crafted file cannot run code here."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
-    Written at the end of a step's batch, after the loggers are flushed. Not at the last step
-    (the entry point saves the final weights after their validation) and not once the run is
-    stopping (a diverged run leaves no checkpoint that looks like a good model). It exposes
-    ``last_model_path`` like ModelCheckpoint, so the Divergence callback can set it aside.
+
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint's contents, or one line saying why it cannot be resumed from."""
+    fix = "delete it or pass resume=false to start fresh"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist; fix ckpt_path")
+    try:
+        ckpt = load_checkpoint(path)
+    except Exception as err:  # torch raises many types for truncated, foreign or unsafe files
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        raise ValueError(f"checkpoint {path} is unreadable or unsafe ({reason}); {fix}") from err
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
+        raise ValueError(f"{path} is not a training checkpoint of this project; {fix}")
+    return ckpt
+
+
+def resume_state(ckpt: dict) -> dict:
+    """ResumeCheckpoint's saved state: run_config, metrics_below, val_done_at."""
+    return ckpt.get("callbacks", {}).get(STATE_KEY, {})
+
+
+def metrics_cut(ckpt: dict | None) -> tuple[int, int | None]:
+    """(metrics_below, val_done_at): which metrics.csv rows predate the checkpoint."""
+    if ckpt is None:
+        return 0, None
+    state = resume_state(ckpt)
+    return int(state.get("metrics_below") or ckpt["global_step"]), state.get("val_done_at")
+
+
+def check_fits(path: Path, ckpt: dict, module: torch.nn.Module) -> None:
+    """The checkpoint's weights have the names and shapes of ``module``'s."""
+    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    have = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
+    problems = [f"{k} missing" for k in sorted(want.keys() - have.keys())]
+    problems += [f"unexpected {k}" for k in sorted(have.keys() - want.keys())]
+    problems += [
+        f"{k} is {list(have[k])}, the model wants {list(want[k])}"
+        for k in sorted(want.keys() & have.keys())
+        if want[k] != have[k]
+    ]
+    if problems:
+        raise ValueError(
+            f"checkpoint {path} does not fit this model ({problems[0]}; {len(problems)} "
+            "differences); pass the settings it was trained with, or resume=false to start fresh"
+        )
+
+
+# --- when to write, and what the checkpoint remembers ----------------------------------------
+class ResumeCheckpoint(Checkpoint):
+    """``last.ckpt`` every ``every_n_steps`` optimizer steps, also once ``every_s`` seconds have
+    passed since the last write (None: steps only), and at the step boundary after a SIGTERM or
+    SIGINT (then the fit stops and ``interrupted`` holds the signal number).
+
+    Not written at the last step (the run saves the final weights after their validation) nor
+    once the run is stopping for another reason (a diverged run leaves no checkpoint that looks
+    like a good model). ``last_model_path`` (as on ModelCheckpoint) lets the Divergence callback
+    set the file aside, a resumed run's too.
     """
 
-    def __init__(self, path: str | Path, every_n_steps: int, every_s: float | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        every_n_steps: int,
+        every_s: float | None = None,
+        run_config: dict | None = None,
+    ) -> None:
         self.path = str(path)
         self.every_n_steps, self.every_s = every_n_steps, every_s
+        self.run_config = run_config  # the settings that produced this run
+        self.metrics_below, self.val_done_at = 0, None
+        self.interrupted: int | None = None
         self.last_model_path = ""
         self.best_model_path = ""
         self.best_k_models: dict[str, Any] = {}
         self._saved_step = -1
         self._after_validation = False
         self._last_save = time.monotonic()
+        self._handlers: dict[int, Any] = {}
+
+    @property
+    def state_key(self) -> str:
+        return STATE_KEY
+
+    # --- signals: note them, act at the step boundary ------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = signum
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._last_save = time.monotonic()
         self._saved_step = trainer.global_step  # a resumed run's starting point is saved already
+        if os.path.isfile(self.path):
+            self.last_model_path = self.path
+        # After Lightning's own handlers (registered after on_fit_start): ours stop at a step
+        # boundary with a checkpoint instead of raising out of the fit.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._handlers[signum] = signal.signal(signum, self._on_signal)
+            except ValueError:  # not the main thread: leave the signals alone
+                break
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        self._handlers = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
+        stop = trainer.strategy.reduce_boolean_decision(self.interrupted is not None, all=False)
+        if stop:  # every rank stops here together, whichever was signalled
+            self.interrupted = self.interrupted or signal.SIGTERM
+            if not trainer.should_stop and step != self._saved_step:
+                self.save(trainer)
+            trainer.should_stop = True
+            return
         if step == self._saved_step or trainer.should_stop or step >= trainer.max_steps:
             return
         due = step % self.every_n_steps == 0
         if self.every_s is not None:  # one verdict for all ranks: they all take part in a save
             late = time.monotonic() - self._last_save >= self.every_s
             due = trainer.strategy.reduce_boolean_decision(due or late, all=False)
-        if due and validation_follows(trainer):
+        if due and validation_follows(trainer, batch_idx):
             self._after_validation = True
         elif due:
             self.save(trainer)
@@ -136,24 +224,34 @@ class PeriodicCheckpoint(Checkpoint):
             if trainer.state.fn == "fit" and not trainer.should_stop:
                 self.save(trainer, val_done=True)
 
-    def save(self, trainer, val_done: bool = False) -> None:
+    def save(self, trainer, val_done: bool = False, final: bool = False) -> None:
+        """Write the checkpoint after every metric row it covers is on disk. ``final``: after
+        the last validation, so every row of the run is covered."""
         step = trainer.global_step
-        task = trainer.lightning_module
-        task.metrics_below, task.val_done_at = step, (step if val_done else None)
-        for logger in trainer.loggers:  # rows of earlier steps reach the disk before the checkpoint
+        self.metrics_below = step + 1 if final else step
+        self.val_done_at = step if val_done and not final else None
+        for logger in trainer.loggers:
             logger.save()
         trainer.save_checkpoint(self.path, weights_only=False)
         self.last_model_path, self._saved_step = self.path, step
         self._last_save = time.monotonic()
 
+    def state_dict(self) -> dict:
+        keys = ("run_config", "metrics_below", "val_done_at")
+        return {k: getattr(self, k) for k in keys}
 
-def validation_follows(trainer) -> bool:
-    """Whether the fit loop validates right after this batch (its own rule, read in place)."""
-    loop = trainer.fit_loop
-    try:
-        return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
-    except Exception:  # a Lightning without this rule: save now (a resume skips that validation)
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass  # read up front by the run dir's plan; this run's own config is the one recorded
+
+
+def validation_follows(trainer, batch_idx: int) -> bool:
+    """Whether the fit validates right after this batch: the trainer's batch-count rule for an
+    endless train loader (validation every ``val_check_batch`` batches, counted across epochs)."""
+    every = trainer.val_check_batch
+    if not trainer.enable_validation or every in (None, float("inf")):
         return False
+    done = trainer.fit_loop.epoch_loop.total_batch_idx + 1
+    return trainer.check_val_every_n_epoch is None and done % int(every) == 0
 
 
 def default_every_n_steps(max_steps: int) -> int:
@@ -162,9 +260,22 @@ def default_every_n_steps(max_steps: int) -> int:
 
 
 # --- metrics.csv across attempts -----------------------------------------------------------
+def row_step(row: dict[str, str]) -> int | None:
+    """The step of a metrics.csv row, or None for a row cut short or garbled by a kill."""
+    try:
+        step = float(row.get("step") or "")
+    except (TypeError, ValueError):
+        return None
+    if None in row or not step.is_integer():  # None: more cells than the header has names
+        return None
+    return int(step)
+
+
 def written_before(row: dict[str, str], below: int, val_done_at: int | None) -> bool:
     """Whether a metrics.csv row was on disk before the checkpoint (see the module docstring)."""
-    step = int(float(row["step"]))
+    step = row_step(row)
+    if step is None:
+        return False
     if step < below:
         return True
     logged = [k for k, v in row.items() if v not in ("", None) and k != "step"]
@@ -172,16 +283,16 @@ def written_before(row: dict[str, str], below: int, val_done_at: int | None) -> 
 
 
 def keep_rows_below(path: Path, below: int, val_done_at: int | None = None) -> list[str]:
-    """Rewrite metrics.csv (atomically) with only the rows written before the checkpoint;
-    return its header (empty when nothing is kept and the file is gone)."""
+    """Rewrite metrics.csv (atomically) with only the rows written before the checkpoint, dropping
+    rows a kill cut short anywhere in the file; return its header (empty when nothing is kept
+    and the file is gone)."""
     if not path.is_file():
         return []
-    with path.open(newline="") as f:
+    with path.open(newline="", errors="replace") as f:
         reader = csv.DictReader(f)
         keys = list(reader.fieldnames or [])
-        rows = [r for r in reader if (r.get("step") or "").strip()]
-        rows = [r for r in rows if written_before(r, below, val_done_at)]
-    if not rows:
+        rows = [r for r in reader if written_before(r, below, val_done_at)]
+    if not rows or "step" not in keys:
         path.unlink()
         return []
     tmp = path.with_name(path.name + ".tmp")
@@ -220,151 +331,3 @@ class ResumableCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ContinuingWriter(self.log_dir, self.cut)
         return self._experiment
-
-
-# --- what a run dir holds, and what to do with it -------------------------------------------
-@dataclass
-class ResumePlan:
-    finished: dict | None = None  # a finished run's summary: skip
-    ckpt_path: Path | None = None  # continue from this checkpoint
-    ckpt: dict | None = None  # its contents (read up front: a bad file fails in seconds)
-
-    @property
-    def start_step(self) -> int | None:
-        return None if self.ckpt is None else int(self.ckpt["global_step"])
-
-    @property
-    def metrics_cut(self) -> tuple[int, int | None]:
-        """(metrics_below, val_done_at): which metrics.csv rows predate the checkpoint."""
-        if self.ckpt is None:
-            return 0, None
-        task = self.ckpt.get("normlab_task", {})
-        return int(task.get("metrics_below") or self.ckpt["global_step"]), task.get("val_done_at")
-
-
-def flat_config(node: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def result_config(config: dict) -> dict[str, Any]:
-    """The flattened config minus the keys that leave the result unchanged."""
-    flat = flat_config({k: v for k, v in config.items() if k != "hydra"})
-    skip = tuple(OPERATIONAL)
-    return {k: v for k, v in flat.items() if not any(k == s or k.startswith(s + ".") for s in skip)}
-
-
-def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old -> new`` for each key whose value differs (absent keys show as missing)."""
-    missing = "<missing>"
-    keys = sorted(set(old) | set(new))
-    changes = [
-        k for k in keys if json.dumps(old.get(k, missing)) != json.dumps(new.get(k, missing))
-    ]
-    return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in changes]
-
-
-def check_same_config(where: str, old: dict | None, new: dict[str, Any]) -> None:
-    if old is None:  # written before run dirs recorded their config
-        return
-    changes = config_changes(old, new)
-    if changes:
-        shown = "; ".join(changes[:3]) + (
-            f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
-        )
-        raise ValueError(
-            f"{where} was written with other settings ({shown}); rerun with the same settings, "
-            "pick another run dir (hydra.run.dir=... / hydra.sweep.dir=...), "
-            "or pass resume=false to start fresh there"
-        )
-
-
-def read_checkpoint(path: Path) -> dict:
-    """The checkpoint's contents, or one line saying why it cannot be resumed from."""
-    fix = "delete it or pass resume=false to start fresh"
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist; fix ckpt_path")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # torch raises many types for a truncated or foreign file
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
-        raise ValueError(f"checkpoint {path} is unreadable ({reason}); {fix}") from err
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
-        raise ValueError(f"{path} is not a training checkpoint of this project; {fix}")
-    return ckpt
-
-
-def check_fits(path: Path, ckpt: dict, module: torch.nn.Module) -> None:
-    """The checkpoint's weights have the names and shapes of ``module``'s."""
-    want = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    have = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
-    problems = [f"{k} missing" for k in sorted(want.keys() - have.keys())]
-    problems += [f"unexpected {k}" for k in sorted(have.keys() - want.keys())]
-    problems += [
-        f"{k} is {list(have[k])}, the model wants {list(want[k])}"
-        for k in sorted(want.keys() & have.keys())
-        if want[k] != have[k]
-    ]
-    if problems:
-        raise ValueError(
-            f"checkpoint {path} does not fit this model ({problems[0]}; {len(problems)} "
-            "differences); pass the settings it was trained with, or resume=false to start fresh"
-        )
-
-
-def read_summary(path: Path) -> dict | None:
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):  # absent, or cut short by a kill: not a finished run
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def plan_resume(
-    run_dir: Path, resume: bool, ckpt_path: str | None, config: dict[str, Any]
-) -> ResumePlan:
-    """What this attempt does with ``run_dir``: skip it, continue from a checkpoint, or start.
-
-    An explicit ``ckpt_path`` is always resumed from (checked, not compared with the config: it
-    may come from another run). Raises ValueError (one line) for an unreadable checkpoint or a
-    run dir written with settings that would change the result.
-    """
-    if ckpt_path:
-        path = Path(ckpt_path)
-        return ResumePlan(ckpt_path=path, ckpt=read_checkpoint(path))
-    if not resume:
-        return ResumePlan()
-    summary = read_summary(run_dir / "summary.json")
-    if summary is not None and summary.get("status") in FINISHED:
-        where = f"{run_dir} (a {summary['status']} run)"
-        check_same_config(where, summary.get("run_config"), config)
-        return ResumePlan(finished=summary)
-    path = run_dir / CHECKPOINT
-    if not path.is_file():
-        return ResumePlan()
-    ckpt = read_checkpoint(path)
-    check_same_config(f"checkpoint {path}", ckpt.get("normlab_task", {}).get("run_config"), config)
-    return ResumePlan(ckpt_path=path, ckpt=ckpt)
-
-
-def set_aside(run_dir: Path) -> Path | None:
-    """Move a previous attempt's files to checkpoints/superseded-<time>/ (resume=false)."""
-    found = sorted({p for pattern in ATTEMPT_FILES for p in run_dir.glob(pattern) if p.is_file()})
-    if not found:
-        return None
-    dest = run_dir / "checkpoints" / time.strftime("superseded-%Y%m%d-%H%M%S")
-    dest.mkdir(parents=True, exist_ok=True)
-    for path in found:
-        shutil.move(str(path), dest / path.name)
-    return dest
-
-
-def wandb_run_id(run_dir: Path) -> str | None:
-    """The id of the latest wandb run in ``run_dir`` (``<mode>-run-<time>-<id>`` dirs)."""
-    runs = sorted(p.name for p in (run_dir / "wandb").glob("*run-*-*") if p.is_dir())
-    return runs[-1].rsplit("-", 1)[-1] if runs else None

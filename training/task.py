@@ -8,6 +8,7 @@ Every metric row of optimizer step s (train/loss, lr, throughput, and the probes
 loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
 checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
 rows of steps below the checkpoint's step and logs the rest again (see training/resume.py).
+A validation after the run diverged is neither logged nor tracked: its weights are not a result.
 Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
 so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
 """
@@ -52,6 +53,7 @@ class OptimConfig:
     warmup_steps: int = 0
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1
+    strict_warmup: bool = False  # refuse (not clamp) a warmup longer than the run
     z_loss: float = 0.0  # coefficient of mean(log Z^2) added to the loss (z_loss_term)
 
     def __post_init__(self) -> None:
@@ -127,9 +129,11 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 def rng_states() -> dict:
     """Every global generator a step may draw from: python, numpy, torch CPU and CUDA."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     states = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        # plain numbers: checkpoints load with weights_only=True, which refuses numpy arrays
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -139,7 +143,8 @@ def rng_states() -> dict:
 
 def set_rng_states(states: dict) -> None:
     random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    kind, keys, *rest = states["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -164,9 +169,6 @@ class TrainTask(L.LightningModule):
         self.optim = optim
         self.total_steps = total_steps
         self.seed = seed
-        # Saved with checkpoints: which metric rows were logged before (training/resume.py).
-        self.metrics_below, self.val_done_at = 0, None
-        self.run_config: dict | None = None  # what produced this run, checked when resuming
         self.status = "completed"
         self.diverged_at_step: int | None = None
         self.last_train_loss: float | None = None
@@ -288,7 +290,7 @@ class TrainTask(L.LightningModule):
         sums = self.reduced_val_sums()
         metrics = {"val/loss": sums["loss"] / sums["count"], **self.val_extras(sums)}
         self.log_dict(metrics, prog_bar=True, logger=False)  # progress bar, callback_metrics
-        if self.trainer.sanity_checking:
+        if self.trainer.sanity_checking or self.status == "diverged":
             return
         # Logged at the number of optimizer steps taken, like train/loss (Lightning's own val
         # logging lands one step earlier during fit and one later after it).
@@ -319,9 +321,6 @@ class TrainTask(L.LightningModule):
         "best_val_loss",
         "units_seen",
         "train_seconds",
-        "metrics_below",
-        "val_done_at",
-        "run_config",
     )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

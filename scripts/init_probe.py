@@ -1,0 +1,79 @@
+"""F1's quantities at initialization (Xiong et al. 2020), on real batches, without training.
+
+    python -m scripts.init_probe                                  # post, pre, deepnorm x depths
+    python -m scripts.init_probe init_probe.depths=[6,12,24,48] init_probe.seeds=[0,1]
+    python -m scripts.init_probe -m experiment=f1_init            # F1's sweep (reproduce.py f1)
+
+The same configs as train.py (model, norm, data, ...); ``init_probe.*`` picks the placements,
+depths, seeds and the K train batches of the configured data per seed. Each run dir gets
+probe.json (training/init_probe.py describes it) and summary.json, and the run dir behaves as
+train.py's does: a finished probe is skipped, one writer at a time, one-line errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+import lightning.pytorch as L
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file: make the project root importable
+    sys.path.insert(0, str(ROOT))
+
+from training.build import build_data, model_config, model_spec, set_threads  # noqa: E402
+from training.config import check_top_level  # noqa: E402
+from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
+from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
+from training.launch import job_outcome, launched_as_rank_zero, preflight  # noqa: E402
+from training.rundir import Attempt  # noqa: E402
+
+
+def probe(cfg: DictConfig) -> dict:
+    """The probe's result for the run dir's summary (placements, depths, seeds, slopes)."""
+    node = cfg.init_probe
+    if node.batches < 1 or node.batch_size < 1:
+        raise ConfigError("init_probe.batches and init_probe.batch_size must be >= 1")
+    try:
+        spec = model_spec(cfg)
+        dm = build_data(cfg, spec)
+        base = model_config(cfg, spec, dm)
+        batches = [dm.train_batch(step, node.batch_size) for step in range(node.batches)]
+        args = [list(node.placements), list(node.depths), list(node.seeds)]
+        return init_probe(base, batches, *args)
+    except BUILD_ERRORS as err:
+        raise ConfigError(str(err)) from err
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@one_line_errors
+def main(cfg: DictConfig) -> dict:
+    check_top_level(cfg)
+    this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
+    if this.finished is not None:
+        this.close()
+        print(f"skip {this.run_dir}: already {this.finished['status']} (resume=false reruns it)")
+        return job_outcome(this.finished, skipped=True)
+    error: BaseException | None = None
+    try:
+        set_threads(cfg.num_threads)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        result = probe(cfg)
+        write_probe_json(result, this.run_dir / "probe.json")
+        print(format_table(result), flush=True)
+        # The probed placements, not the config's placement node (it plays no part here).
+        placements = ",".join(cfg.init_probe.placements)
+        this.summary.update(result, status="completed", steps=0, placement=placements)
+    except BaseException as err:
+        error = err
+        raise
+    finally:
+        this.close(error)
+    return job_outcome(this.summary, skipped=False)
+
+
+if __name__ == "__main__":
+    preflight(sys.argv[1:])
+    main()

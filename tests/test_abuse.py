@@ -1,0 +1,226 @@
+"""Reliability under abuse: one writer per run dir, safe checkpoint loading, signals, full disks,
+cut metrics, settings that change a result, and names that would escape the sweep dir."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+import models.gpt
+import train
+from training.errors import ConfigError, Interrupted, Refused
+from training.launch import path_safe
+from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below, read_checkpoint
+from training.rundir import RunDirLock, fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def rows_of(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+# ---------------------------------------------------------------- one writer per run dir
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path, tiny_run, compose_cfg):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.path.insert(0, '.'); "
+         "from pathlib import Path; from training.rundir import RunDirLock; "
+         f"lock = RunDirLock(Path({str(tmp_path)!r})); lock.acquire(); print('held', flush=True); "
+         "time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Refused, match=rf"another process \(PID {holder.pid}\)"):
+            train.run(compose_cfg([*tiny_run, f"run_dir={tmp_path}"]))
+        assert not (tmp_path / "summary.json").exists()  # the refused attempt wrote nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    # The OS released the dead holder's lock: the same command now runs.
+    assert train.run(compose_cfg([*tiny_run, f"run_dir={tmp_path}"]))["status"] == "completed"
+
+
+def test_the_lock_is_released_after_a_failed_run(tmp_path, tiny_run, compose_cfg):
+    with pytest.raises(ConfigError):
+        train.run(compose_cfg([*tiny_run, "model.n_head=3", f"run_dir={tmp_path}"]))
+    lock = RunDirLock(tmp_path)
+    lock.acquire()  # would raise if the failed attempt still held it
+    lock.release()
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_a_crafted_checkpoint_cannot_run_code(tmp_path, tiny_run, compose_cfg):
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "global_step": 1, "payload": RunsCode()}, path)
+    with pytest.raises(ValueError, match="unreadable or unsafe"):
+        read_checkpoint(path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.replace(path, run_dir / "last.ckpt")  # the auto-resume path reads it too
+    with pytest.raises(ConfigError, match="unsafe"):
+        train.run(compose_cfg([*tiny_run, f"run_dir={run_dir}"]))
+    assert not (ROOT / "pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_ckpt_path_into_a_finished_run_sets_it_aside(tmp_path, tiny_run, compose_cfg):
+    first = train.run(compose_cfg([*tiny_run, f"run_dir={tmp_path / 'a'}"]))
+    train.run(compose_cfg([*tiny_run, f"run_dir={tmp_path / 'b'}"]))
+    ckpt = tmp_path / "b" / "last.ckpt"
+    again = train.run(compose_cfg([*tiny_run, f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'a'}"]))
+    assert again["resumed_from_step"] == 3 and again["status"] == "completed"
+    (aside,) = (tmp_path / "a" / "checkpoints").glob("superseded-*")
+    assert json.loads((aside / "summary.json").read_text())["wall_s"] == first["wall_s"]
+    # Another learning rate cannot continue that checkpoint under its own label.
+    with pytest.raises(Refused, match=r"optim\.lr: 0\.005 -> 0\.01"):
+        over = [*tiny_run, "optim.lr=0.01", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'c'}"]
+        train.run(compose_cfg(over))
+
+
+def test_a_full_disk_leaves_the_last_good_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1}, path)
+
+    def disk_full(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(DiskError) as err:
+        io.save_checkpoint({"step": 2}, path)
+    monkeypatch.undo()
+    message = str(err.value)
+    assert "\n" not in message and str(tmp_path) in message and "free space" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert torch.load(path, weights_only=True) == {"step": 1}
+
+
+def test_metrics_cut_in_the_middle_keep_their_good_rows(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("a,step\n1,0\n2,1\n3,2,9,9\n\x00\x00garbage\n4,3\n5,4\n")
+    assert keep_rows_below(path, 4) == ["a", "step"]
+    assert rows_of(path) == ["a,step", "1,0", "2,1", "4,3"]
+
+
+# ---------------------------------------------------------------- settings that change a result
+
+
+def test_precision_is_part_of_the_fingerprint(tmp_path, tiny_run, compose_cfg):
+    cfg = compose_cfg([*tiny_run, f"run_dir={tmp_path}"])
+    assert fingerprint(cfg)["trainer.precision"] == "32-true"
+    train.run(cfg)
+    bf16 = compose_cfg([*tiny_run, "trainer.precision=bf16-mixed", f"run_dir={tmp_path}"])
+    with pytest.raises(Refused, match=r"trainer\.precision: 32-true -> bf16-mixed"):
+        train.run(bf16)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["threads"] == 1  # the thread count is recorded with the result
+
+
+def test_names_that_become_paths_stay_inside_the_sweep_dir():
+    assert path_safe("../../etc/x") == "_.._.._etc_x" and "/" not in path_safe("/abs/path")
+    assert path_safe("gpt-pre-layernorm-L6-lr0.005-s0") == "gpt-pre-layernorm-L6-lr0.005-s0"
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", ["name=../../escape", "hydra.job.num=0"], return_hydra_config=True)
+    assert cfg.hydra.sweep.subdir == "0__.._.._escape"  # one directory name, below the sweep
+
+
+# ---------------------------------------------------------------- signals
+
+
+def signal_at_step(monkeypatch, signum: int, at: int) -> None:
+    """Deliver ``signum`` to this process during training step ``at`` (as SLURM or Ctrl-C)."""
+    forward, calls = models.gpt.GPT.forward, {"train": 0}
+
+    def with_signal(self, idx, targets=None):
+        if self.training and targets is not None:
+            if calls["train"] == at:
+                os.kill(os.getpid(), signum)
+            calls["train"] += 1
+        return forward(self, idx, targets)
+
+    monkeypatch.setattr(models.gpt.GPT, "forward", with_signal)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_checkpoints_at_the_step_boundary_and_a_rerun_resumes(
+    signum, tmp_path, tiny_run, compose_cfg, monkeypatch
+):
+    over = [*tiny_run, "trainer.max_steps=8", "checkpoint.every_n_steps=100"]
+    signal_at_step(monkeypatch, signum, at=3)
+    with pytest.raises(Interrupted):
+        train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    monkeypatch.undo()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted_by"] == signum
+    assert torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)["global_step"] == 4
+    assert signal.getsignal(signum) not in (None, signal.SIG_IGN)  # handlers restored
+    resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
+    assert resumed["resumed_from_step"] == 4 and resumed["status"] == "completed"
+    for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
+        assert resumed[key] == reference[key], key
+
+
+def test_a_resumed_run_that_diverges_sets_its_checkpoint_aside(
+    tmp_path, tiny_run, compose_cfg, monkeypatch
+):
+    over = [*tiny_run, "trainer.max_steps=8", f"run_dir={tmp_path}"]
+    signal_at_step(monkeypatch, signal.SIGTERM, at=2)
+    with pytest.raises(Interrupted):
+        train.run(compose_cfg(over))
+    monkeypatch.undo()
+    assert (tmp_path / "last.ckpt").exists()
+    forward = models.gpt.GPT.forward
+
+    def nan_loss(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        return logits, (loss * float("nan") if self.training and targets is not None else loss)
+
+    monkeypatch.setattr(models.gpt.GPT, "forward", nan_loss)
+    summary = train.run(compose_cfg(over))
+    assert summary["status"] == "diverged" and summary["diverged_at_step"] == 3
+    assert summary["steps"] == 3 and summary["best_val_loss"] is not None
+    assert not (tmp_path / "last.ckpt").exists() and (tmp_path / "last.diverged.ckpt").exists()
+
+
+def test_sigterm_from_outside_exits_143_and_the_same_command_resumes(tmp_path, tiny_run):
+    cmd = [sys.executable, "train.py", *tiny_run, "trainer.max_steps=400", "optim.warmup_steps=2"]
+    cmd += ["logger.csv.flush_logs_every_n_steps=1", f"hydra.run.dir={tmp_path}"]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "metrics.csv").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err.decode()[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    step = torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"]
+    assert summary["status"] == "interrupted" and 0 < step < 400
+    assert not list(tmp_path.glob("*.tmp"))

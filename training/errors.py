@@ -1,0 +1,74 @@
+"""One error policy for every entry point: a bad setting is one line that names the fix.
+
+``one_line_errors`` wraps a Hydra task function. A ConfigError (bad name or value, refused run
+dir, full disk) ends a single run with ``error: <message>`` and exit code 1; in a sweep it is
+printed, the job is recorded, and the sweep goes on. A crash keeps its traceback (in a sweep,
+printed, and the sweep goes on). ``debug=true`` or HYDRA_FULL_ERROR=1 shows every traceback.
+An interrupted run (SIGTERM, SIGINT) exits 128 + the signal number, as shells and SLURM expect.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# What building a run raises for bad input (OSError: missing files, the hub offline).
+BUILD_ERRORS = (TypeError, ValueError, OSError)
+
+
+class ConfigError(ValueError):
+    """A config or run dir that cannot run; the message names the fix."""
+
+
+class Refused(ConfigError):
+    """A run dir that this attempt may not write: other settings, or another writer."""
+
+
+class Interrupted(Exception):
+    """The run stopped at a step boundary on a signal, with a checkpoint to resume from."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}; the same command resumes it")
+        self.signum = signum
+
+
+def in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]:
+    """The policy above around ``task(cfg) -> outcome``; returns the outcome, or a failed one."""
+
+    @functools.wraps(task)
+    def wrapper(cfg: Any) -> dict | None:
+        debug = bool(cfg.get("debug")) or os.environ.get("HYDRA_FULL_ERROR") == "1"
+        sweep = in_multirun()
+        try:
+            return task(cfg)
+        except Interrupted as err:
+            print(f"interrupted: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(128 + err.signum) from None
+        except ConfigError as err:
+            if debug:
+                raise
+            if not sweep:
+                raise SystemExit(f"error: {err}") from None
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            return {
+                "outcome": "refused" if isinstance(err, Refused) else "failed",
+                "error": str(err),
+            }
+        except Exception as err:
+            if debug or not sweep:
+                raise
+            traceback.print_exc()
+            return {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
+
+    return wrapper

@@ -1,0 +1,266 @@
+"""One attempt at a run in its run dir: who may write it, what to do with it, and its record.
+
+    summary.json says completed or diverged   -> skipped: its summary is returned, nothing runs
+    last.ckpt exists                          -> the fit continues from it
+    otherwise                                 -> the fit starts at step 0
+
+``resume=false`` starts fresh: the old attempt's checkpoints, metrics.csv and summary.json move to
+``<run_dir>/checkpoints/superseded-<time>/`` first, as they do when ``ckpt_path=`` continues
+another run's checkpoint into a dir that holds an attempt of its own. A run dir remembers the
+settings that produced it (summary.json and every checkpoint hold them); skipping, resuming or
+continuing with settings that would change the result is refused with the differing keys named,
+so a run is never mislabelled. Operational keys (threads, logging, checkpoint cadence, ...) may
+differ; a different thread count changes the last digits of a resumed run (docs/reliability.md).
+
+One process writes a run dir at a time: an exclusive ``flock`` on ``<run_dir>/.lock`` is held
+for the whole attempt and released by the OS when the process dies, so an orphaned sweep worker
+or a second train.py is refused in one line naming the holder's PID. Hydra's copy of the config
+(``.hydra/``) is written here, only by an attempt that trains, so a refused or skipped rerun
+leaves a finished run's files exactly as they were.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from training.errors import BUILD_ERRORS, ConfigError, Refused
+from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
+from training.summary import FINISHED, base_summary, read_summary, write_summary
+
+# Files of an attempt that a fresh start moves aside (compare skips checkpoints/).
+ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "metrics.csv", "summary.json", "probe.json")
+# Config keys that do not change a run's result: they may differ between attempts.
+OPERATIONAL = (
+    "run_dir",
+    "name",
+    "group",
+    "resume",
+    "ckpt_path",
+    "debug",
+    "num_threads",
+    "compile",
+    "logger",
+    "callbacks",
+    "checkpoint",
+    "probes",
+    "reproduce",  # experiments' verdict settings: judged after the runs, not part of them
+    "init_probe",
+    "trainer.accelerator",
+    "trainer.strategy",
+    "trainer.deterministic",
+    "trainer.benchmark",
+    "trainer.detect_anomaly",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.enable_checkpointing",
+    "trainer.log_every_n_steps",
+)
+
+
+# --- the settings that decide a result -------------------------------------------------------
+def flat_config(node: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def fingerprint(cfg: DictConfig) -> dict[str, Any]:
+    """The flattened resolved config minus the keys that leave the result unchanged."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    flat = flat_config({k: v for k, v in config.items() if k != "hydra"})
+    skip = OPERATIONAL
+    return {k: v for k, v in flat.items() if not any(k == s or k.startswith(s + ".") for s in skip)}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key whose value differs (absent keys show as missing)."""
+    missing = "<missing>"
+    keys = sorted(set(old) | set(new))
+    changed = [
+        k for k in keys if json.dumps(old.get(k, missing)) != json.dumps(new.get(k, missing))
+    ]
+    return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in changed]
+
+
+def check_same_config(where: str, old: dict | None, new: dict[str, Any], fix: str) -> None:
+    if old is None:  # written before run dirs recorded their config
+        return
+    changes = config_changes(old, new)
+    if changes:
+        shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if changes[3:] else "")
+        raise Refused(f"{where} was written with other settings ({shown}); {fix}")
+
+
+RERUN_FIX = (
+    "rerun with the same settings, pick another run dir (hydra.run.dir=... / "
+    "hydra.sweep.dir=...), or pass resume=false to start fresh there"
+)
+CKPT_FIX = (
+    "ckpt_path continues a run with the settings it was trained with: pass those, or start a "
+    "new run without ckpt_path"
+)
+
+
+# --- what a run dir holds, and what to do with it -------------------------------------------
+@dataclass
+class Plan:
+    finished: dict | None = None  # a finished run's summary: skip
+    ckpt_path: Path | None = None  # continue from this checkpoint
+    ckpt: dict | None = None  # its contents (read up front: a bad file fails in seconds)
+    set_aside: bool = False  # move the dir's previous attempt aside before starting
+
+
+def plan(run_dir: Path, resume: bool, ckpt_path: str | None, config: dict) -> Plan:
+    """What this attempt does with ``run_dir``. Raises ConfigError (one line) for an unreadable
+    checkpoint or settings that would change the result."""
+    own = run_dir / CHECKPOINT
+    if ckpt_path:
+        path = Path(ckpt_path).resolve()
+        ckpt = read_checkpoint(path)
+        old = resume_state(ckpt).get("run_config")
+        check_same_config(f"checkpoint {path}", old, config, CKPT_FIX)
+        # Another run's checkpoint starts a new attempt here: this dir's own files go aside.
+        return Plan(ckpt_path=path, ckpt=ckpt, set_aside=path != own.resolve())
+    if not resume:
+        return Plan(set_aside=True)
+    summary = read_summary(run_dir / "summary.json")
+    if summary is not None and summary.get("status") in FINISHED:
+        where = f"{run_dir} (a {summary['status']} run)"
+        check_same_config(where, summary.get("run_config"), config, RERUN_FIX)
+        return Plan(finished=summary)
+    if not own.is_file():
+        return Plan()
+    ckpt = read_checkpoint(own)
+    check_same_config(f"checkpoint {own}", resume_state(ckpt).get("run_config"), config, RERUN_FIX)
+    return Plan(ckpt_path=own, ckpt=ckpt)
+
+
+def set_aside(run_dir: Path) -> Path | None:
+    """Move a previous attempt's files to checkpoints/superseded-<time>/."""
+    found = sorted({p for pattern in ATTEMPT_FILES for p in run_dir.glob(pattern) if p.is_file()})
+    if not found:
+        return None
+    dest = run_dir / "checkpoints" / time.strftime("superseded-%Y%m%d-%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in found:
+        shutil.move(str(path), dest / path.name)
+    return dest
+
+
+# --- one writer per run dir ------------------------------------------------------------------
+class RunDirLock:
+    """An exclusive lock on ``<run_dir>/.lock`` for as long as this process holds the object."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise Refused(
+                f"{self.path.parent} is being written by another process (PID {holder}); wait "
+                "for it to end or stop it (a killed sweep's workers too), or pick another run dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
+    """``.hydra/{config,overrides,hydra}.yaml`` as Hydra would write them (hydra.output_subdir
+    is null so that only an attempt that trains writes them)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    out = run_dir / ".hydra"
+    out.mkdir(exist_ok=True)
+    OmegaConf.save(cfg, out / "config.yaml")
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml")
+        OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml")
+
+
+@dataclass
+class Attempt:
+    """This process's attempt at the run ``cfg`` describes (see the module docstring)."""
+
+    cfg: DictConfig
+    rank_zero: bool = True
+    run_dir: Path = field(init=False)
+    settings: dict = field(init=False)
+    plan: Plan = field(init=False)
+    summary: dict = field(init=False)
+    started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.cfg.run_dir)
+        self.settings = fingerprint(self.cfg)
+        self.lock = RunDirLock(self.run_dir)
+
+    def open(self) -> Attempt:
+        """Lock the dir (rank zero), decide the plan, prepare the dir if this attempt trains."""
+        if self.rank_zero:
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self.lock.acquire()
+            except OSError as err:
+                raise ConfigError(str(disk_error(err, self.run_dir / ".lock"))) from err
+        try:
+            try:
+                self.plan = plan(self.run_dir, self.cfg.resume, self.cfg.ckpt_path, self.settings)
+            except ConfigError:
+                raise
+            except BUILD_ERRORS as err:  # an unreadable or missing checkpoint
+                raise ConfigError(str(err)) from err
+            self.summary = {**base_summary(self.cfg, self.run_dir), "run_config": self.settings}
+            if self.plan.finished is None and self.rank_zero:
+                if self.plan.set_aside:
+                    set_aside(self.run_dir)
+                write_hydra_files(self.run_dir, self.cfg)
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    @property
+    def finished(self) -> dict | None:
+        return self.plan.finished
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Record the outcome in summary.json (rank zero) and release the dir."""
+        try:
+            if self.finished is not None:
+                return
+            if error is not None and self.summary.get("status") != "interrupted":
+                self.summary.update(status="failed", error=f"{type(error).__name__}: {error}")
+            self.summary["wall_s"] = round(time.perf_counter() - self.started, 2)
+            if self.rank_zero:
+                try:
+                    write_summary(self.run_dir / "summary.json", self.summary)
+                except OSError as err:
+                    raise disk_error(err, self.run_dir / "summary.json") from err
+        finally:
+            self.lock.release()
