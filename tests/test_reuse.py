@@ -123,3 +123,23 @@ def test_an_unknown_logger_names_the_fix(compose_cfg, tmp_path):
     cfg.logger = OmegaConf.create({"nope": {"x": 1}})
     with pytest.raises(ValueError, match=r"unknown logger 'nope'.*_target_"):
         build_loggers(cfg, tmp_path)
+
+
+def test_the_wandb_sweep_command_lines_compose(compose_cfg):
+    """What `wandb agent` would run: train.py with each grid point as key=value overrides."""
+    import itertools
+
+    import yaml
+
+    from tests.conftest import ROOT
+    from training.launch import preflight
+
+    spec = yaml.safe_load((ROOT / "conf" / "wandb_sweep" / "placement_lr.yaml").read_text())
+    assert spec["program"] == "train.py" and "${args_no_hyphens}" in spec["command"]
+    params = spec["parameters"]
+    grid = [[(k, v) for v in p.get("values", [p.get("value")])] for k, p in params.items()]
+    for point in itertools.product(*grid):
+        args = [f"{k}={v}" for k, v in point]  # ${args_no_hyphens}
+        preflight(args)
+        cfg = compose_cfg(args)
+        assert (cfg.placement.name, cfg.optim.lr) == (point[0][1], point[2][1])
