@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -123,6 +124,17 @@ def all_finished(out: Path, n_jobs: int) -> bool:
     return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when this process dies, however it dies (Linux's
+    parent-death signal), so a killed reproduce.py leaves no sweep training on. The sweep's own
+    workers that outlive it are refused by the run dirs' locks (training/rundir.py)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 # The program each kind of finding sweeps with.
 ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
@@ -145,7 +157,9 @@ def run_sweep(
     varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(out / "sweep.log", "a") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+        )
         columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress("{task.description}", *columns, console=console) as bar:
             task = bar.add_task("runs", total=len(jobs))

@@ -212,3 +212,38 @@ def test_sigterm_from_outside_exits_143_and_the_same_command_resumes(tmp_path, t
     step = torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"]
     assert summary["status"] == "interrupted" and 0 < step < 400
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
+    """reproduce.py starts the sweep with a parent-death signal: SIGKILL the parent, and the
+    child (here a sleeper standing in for `train.py -m`) is terminated too."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; sys.path.insert(0, '.'); "
+         "from scripts.reproduce import die_with_parent; "
+         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+         "preexec_fn=die_with_parent); "
+         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"],
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{child}") and "Z" not in status_of(child):
+            assert time.monotonic() < deadline, "the sweep outlived reproduce.py"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+
+
+def status_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return "Z"
