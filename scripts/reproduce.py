@@ -11,10 +11,12 @@ f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR
 f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
 depth). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
-scripts.compare writes <out>/report/ and scripts.findings decides the claims into
-<out>/verdict.md and <out>/verdict.json. Exit status 0 whenever the sweep ran, whatever the
-verdicts; 1 when it could not run. Running the same command again resumes: a sweep whose runs
-all finished is not launched again, and train.py skips finished runs of an unfinished sweep.
+scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
+into <out>/verdict.md and <out>/verdict.json, from the runs that completed or diverged only (a
+failed run is no divergence). Exit status 0 when every run completed or diverged, whatever the
+verdicts; 1 when the sweep could not run or any of its runs failed. Running the same command
+again resumes: a sweep whose runs all finished is not launched again, and train.py skips
+finished runs of an unfinished sweep.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -38,10 +41,11 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from scripts.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
+from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
+from scripts.analysis.report import compare, xy_figure  # noqa: E402
+from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
 
 SIZES = ("cpu", "gpu")
-FINISHED = ("completed", "diverged")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
 console = Console(soft_wrap=True)  # log files keep one line per message
 
@@ -105,21 +109,30 @@ def run_states(out: Path, n_jobs: int) -> dict[int, tuple[str, float | None]]:
         num = path.name.split("_", 1)[0]
         if not (path.is_dir() and num.isdigit() and int(num) < n_jobs):
             continue
-        summary = path / "summary.json"
-        try:
-            mtime = summary.stat().st_mtime
-            status = json.loads(summary.read_text()).get("status") or "unfinished"
-        except FileNotFoundError:
-            mtime, status = None, "running"
-        except (OSError, ValueError):  # being written: look again next time
-            mtime, status = None, "unfinished"
-        states[int(num)] = (status, mtime)
+        summary = read_summary(path)
+        if summary is None:
+            states[int(num)] = ("running", None)
+        elif not summary:  # being written: look again next time
+            states[int(num)] = (status_of(summary), None)
+        else:
+            states[int(num)] = (status_of(summary), (path / "summary.json").stat().st_mtime)
     return states
 
 
 def all_finished(out: Path, n_jobs: int) -> bool:
     states = run_states(out, n_jobs)
     return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when this process dies, however it dies (Linux's
+    parent-death signal), so a killed reproduce.py leaves no sweep training on. The sweep's own
+    workers that outlive it are refused by the run dirs' locks (training/rundir.py)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 # The program each kind of finding sweeps with.
@@ -144,7 +157,9 @@ def run_sweep(
     varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(out / "sweep.log", "a") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+        )
         columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress("{task.description}", *columns, console=console) as bar:
             task = bar.add_task("runs", total=len(jobs))
@@ -203,6 +218,12 @@ def verdict_markdown(record: dict) -> str:
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     if record["kind"] != "init_probe":
         lines += ["", "Losses: mean over seeds of each run's best val loss; inf: a run diverged."]
+    left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
+    if left_out:
+        lines += [
+            "",
+            f"Left out of every verdict (neither completed nor diverged): {fmt(left_out)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -303,11 +324,9 @@ def main(argv: list[str] | None = None) -> int:
             f"see {out / 'sweep.log'}"
         )
         return 1
-    if code != 0:
-        console.print(f"warning: some runs failed (exit {code}); see {out / 'sweep.log'}")
-    from scripts.compare import compare
-
     report = compare(out)
+    for figure in finding.figures:
+        xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]
@@ -338,6 +357,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         publish(out, args.publish, experiment, finding.plots)
     console.print(f"verdicts: {out / 'verdict.md'}; report: {out / 'report' / 'report.md'}")
+    return exit_status(runs, code, out)
+
+
+def exit_status(runs: list[dict], code: int, out: Path) -> int:
+    """1 when a run of the sweep neither completed nor diverged (its verdicts left it out)."""
+    failed = [r for r in runs if r["status"] not in FINISHED]
+    if failed or code != 0:
+        what = ", ".join(f"{Path(r['run_dir']).name} ({r['status']})" for r in failed)
+        console.print(
+            f"error: {len(failed)} of {len(runs)} runs did not finish ({what or f'exit {code}'}); "
+            f"verdicts use the completed and diverged runs only; see {out / 'sweep.log'}",
+            markup=False,
+        )
+        return 1
     return 0
 
 

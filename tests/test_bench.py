@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from models.norms import RMSNorm
-from scripts import bench, bench_core, bench_models, plain_gpt
+from scripts.bench import cli, core, plain_gpt
+from scripts.bench import models as bench_models
 
 
 def test_quick_mode_runs_every_section(tmp_path):
     out = tmp_path / "bench.json"
-    report = bench.main(["--quick", "--out", str(out)])
+    report = cli.main(["--quick", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     results = report["results"]
     errors = [r for r in results if r["status"] == "error"]
@@ -47,21 +48,21 @@ def test_quick_mode_runs_every_section(tmp_path):
 
 def test_only_rejects_an_unknown_section(capsys):
     with pytest.raises(SystemExit):
-        bench.main(["--quick", "--only", "gpt,nope"])
+        cli.main(["--quick", "--only", "gpt,nope"])
     assert "choose from gpt, vit" in capsys.readouterr().err
 
 
 def test_interleaved_alternates_contenders():
     calls = []
     fns = {name: (lambda name=name: calls.append(name)) for name in "ab"}
-    times = bench_core.interleaved(fns, bench_core.BenchConfig(reps=3, iters=2))
+    times = core.interleaved(fns, core.BenchConfig(reps=3, iters=2))
     assert calls == ["a", "a", "b", "b"] * 3
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
 
 
 def test_speed_results_ratio_is_baseline_time_over_time():
     times = {"fast": [1.0, 2.0, 3.0], "base": [4.0, 6.0, 8.0]}
-    by_name = {r.name: r for r in bench_core.speed_results("s", times, "base", 10, "tok/s", "")}
+    by_name = {r.name: r for r in core.speed_results("s", times, "base", 10, "tok/s", "")}
     assert by_name["fast"].value == pytest.approx(10 / 2.0)
     assert by_name["fast"].ratio == pytest.approx(6.0 / 2.0)
     assert by_name["fast"].best == pytest.approx(4.0 / 1.0)
@@ -86,7 +87,7 @@ def test_reference_rmsnorms_match_normlab_rmsnorm_and_its_gradients(reference):
         torch.testing.assert_close(a, b)
 
 
-def expected_gpt2_params(s: bench_core.LMSize) -> int:
+def expected_gpt2_params(s: core.LMSize) -> int:
     """Hand count: token and position tables, per layer 2 LNs + qkv + out + MLP, final LN."""
     d = s.n_embd
     per_layer = (
@@ -99,7 +100,7 @@ def expected_gpt2_params(s: bench_core.LMSize) -> int:
 @pytest.mark.parametrize("size", ["quick", "cpu"])
 def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
     pytest.importorskip("transformers")
-    s = bench_core.GPT_SIZES[size]
+    s = core.GPT_SIZES[size]
     torch.manual_seed(0)
     ours, hf = bench_models.normlab_gpt(s, activation=ours_act), bench_models.hf_gpt2(s, hf_act)
     a, b = bench_models.describe_gpt(ours), bench_models.describe_hf_gpt2(hf)
@@ -115,7 +116,7 @@ def test_gpt_and_hf_gpt2_have_identical_configuration(size, ours_act, hf_act):
 
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
 def test_plain_gpt_has_the_configuration_and_computes_the_same_loss_and_gradients(activation):
-    s = bench_core.GPT_SIZES["quick"]
+    s = core.GPT_SIZES["quick"]
     torch.manual_seed(0)
     ours = bench_models.normlab_gpt(s, activation=activation)
     plain = plain_gpt.plain_like(ours)
@@ -131,10 +132,10 @@ def test_plain_gpt_has_the_configuration_and_computes_the_same_loss_and_gradient
 
 def test_configuration_check_catches_a_difference():
     pytest.importorskip("transformers")
-    s = bench_core.GPT_SIZES["quick"]
+    s = core.GPT_SIZES["quick"]
     hf = bench_models.hf_gpt2(s, "gelu_new")  # the tanh form, against normlab's exact default
     with pytest.raises(RuntimeError, match="gelu"):
-        bench_core.check_same(
+        core.check_same(
             bench_models.describe_gpt(bench_models.normlab_gpt(s)),
             bench_models.describe_hf_gpt2(hf),
             "x",
@@ -142,7 +143,7 @@ def test_configuration_check_catches_a_difference():
 
 
 def test_flops_per_token_counts_matmuls_of_one_token():
-    s = bench_core.LMSize(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=10, batch_size=1)
+    s = core.LMSize(n_layer=2, n_head=2, n_embd=8, block_size=4, vocab_size=10, batch_size=1)
     m = bench_models.normlab_gpt(s)
     d, L, T = 8, 2, 4
     n = 10 * d + L * (12 * d * d + 13 * d) + 2 * d  # parameters without the position table

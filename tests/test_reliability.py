@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import torch
 import train
 from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
-from training.resume import AtomicCheckpointIO, keep_rows_below
+from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -106,20 +107,32 @@ def test_same_command_twice_gives_identical_curves(tmp_path, tiny_run, compose_c
     assert a == b and sum(k == "train/loss" for _, k in a) == 6
 
 
-def test_checkpoint_write_is_all_or_nothing(tmp_path, monkeypatch):
+def dies_half_way(obj, f, *args, **kwargs):
+    f.write(b"PK\x03\x04 half a checkpoint")
+    raise KeyboardInterrupt  # as if the process were killed mid-write
+
+
+def disk_full(obj, f, *args, **kwargs):
+    f.write(b"partial")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "fault,error", [(dies_half_way, KeyboardInterrupt), (disk_full, DiskError)]
+)
+def test_checkpoint_write_is_all_or_nothing(fault, error, tmp_path, monkeypatch):
     path = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
     io.save_checkpoint({"step": 1}, path)
-
-    def dies_half_way(obj, f, *args, **kwargs):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise KeyboardInterrupt  # as if the process were killed mid-write
-
-    monkeypatch.setattr(torch, "save", dies_half_way)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(torch, "save", fault)
+    with pytest.raises(error) as err:
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"step": 1}
+    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary file
+    if error is DiskError:  # one line naming the directory and the fix
+        message = str(err.value)
+        assert "\n" not in message and str(tmp_path) in message and "free space" in message
 
 
 def test_metrics_rows_written_after_the_checkpoint_are_dropped(tmp_path):
@@ -347,6 +360,14 @@ def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, t
     again = python(*sweep)  # same command, same dirs: the finished job is skipped
     assert again.returncode == 1
     assert f"skip {tmp_path / names[1]}: already completed" in again.stdout
+    assert f"sweep {tmp_path}: 1 failed, 1 skipped" in again.stdout
+    assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
+
+    # Other settings: the finished job is refused and keeps every file as it was.
+    config = (tmp_path / names[1] / ".hydra" / "config.yaml").read_text()
+    changed = python(*sweep, "model.dropout=0.1")  # not part of the job names
+    assert changed.returncode == 1 and f"sweep {tmp_path}: 1 failed, 1 refused" in changed.stdout
+    assert (tmp_path / names[1] / ".hydra" / "config.yaml").read_text() == config
     assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
 
     report = compare(tmp_path, plots=False)

@@ -1,5 +1,5 @@
-"""Reproductions: every experiment composes at both sizes, the claims decide known numbers right,
-and F1 runs end to end."""
+"""scripts/reproduce.py: every experiment composes at both sizes with the sweep it promises, F1
+runs end to end, and the exit status and verdicts leave failed runs out."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import findings, reproduce
-from scripts.findings import FINDINGS, evaluate
-from tests.reports import seed_runs
+from models.placement import PLACEMENTS
+from scripts import reproduce
+from scripts.analysis.findings import FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -45,6 +45,19 @@ def test_experiment_composes_and_sweeps(experiment: str) -> None:
         assert cfg.num_threads * cfg.hydra.launcher.n_jobs <= 2  # fits the 2-core reference box
 
 
+def test_finding_figures_plot_keys_their_sweeps_vary() -> None:
+    """Each finding's x-vs-y figure (drawn into the report, copied by --publish) plots a key
+    that both sizes of its experiment sweep."""
+    figures = [(f, fig) for f in FINDINGS.values() for fig in f.figures]
+    assert {fig.name for _, fig in figures} == {"lr_sweep.png", "acc_vs_batch.png"}
+    for finding, figure in figures:
+        assert figure.name in finding.plots
+        for size in ("", "_gpu"):
+            cfg = reproduce.compose(finding.experiment + size, [])
+            swept = reproduce.swept_values(reproduce.sweep_jobs(cfg, []))
+            assert len(swept[figure.x]) >= 2
+
+
 def test_gpu_size_overrides_sweep_params() -> None:
     cpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth", []), []))
     gpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth_gpu", []), []))
@@ -60,140 +73,113 @@ def test_command_line_sweep_replaces_experiment_params() -> None:
     assert len(jobs) == 2 * 3 * 2  # placements x lrs x warmups
 
 
-# --- verdicts on known numbers ----------------------------------------------------------------
-def row(losses: list[float | None], **params) -> dict:
-    """A report.json variant: one run per loss; None = a diverged run."""
-    runs = seed_runs(losses)
-    label = " ".join(f"{k}={v}" for k, v in params.items())
-    return {"label": label, "params": params, "runs": runs, "throughput": {"mean": 100.0}}
+def swept(experiment: str) -> tuple[object, list[list[str]], dict[str, list[str]]]:
+    cfg = reproduce.compose(experiment, [])
+    jobs = reproduce.sweep_jobs(cfg, [])
+    for job in (jobs[0], jobs[-1]):  # a typo in a swept key or option fails here
+        reproduce.compose(experiment, job)
+    return cfg, jobs, reproduce.swept_values(jobs)
 
 
-def status(verdicts: list, claim: str) -> str:
-    return next(v.status for v in verdicts if v.id == claim)
+@pytest.mark.parametrize("size", ["", "_gpu"])
+def test_f6_sweeps_learning_rates_and_qk_norm(size: str) -> None:
+    cfg, jobs, values = swept(f"f6_lr_sensitivity{size}")
+    lrs = sorted(float(x) for x in values["optim.lr"])
+    assert len(lrs) >= 4 and lrs[0] <= 1e-3 and lrs[-1] >= 1e-1
+    ratios = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
+    assert max(ratios) / min(ratios) < 1.5  # log-spaced
+    assert sorted(x.lower() for x in values["model.qk_norm"]) == ["false", "true"]
+    assert len(values["seed"]) >= 2
+    assert "max_logit" in cfg.probes.enabled and cfg.placement.name == "pre"
+    assert len(jobs) == len(lrs) * 2 * len(values["seed"])
+    assert cfg.trainer.accelerator == ("gpu" if size else "cpu")
 
 
-def f2_report(post_off: list, post_on: list, pre_off: list, pre_on: list) -> dict:
-    rows = []
-    for placement, off, on in (("post", post_off, post_on), ("pre", pre_off, pre_on)):
-        rows.append(row(off, placement=placement, lr=1e-3, warmup_steps=0))
-        rows.append(row(on, placement=placement, lr=1e-3, warmup_steps=100))
-        rows.append(row([3.0, 3.0], placement=placement, lr=3e-3, warmup_steps=0))
-        rows.append(row([3.0, 3.0], placement=placement, lr=3e-3, warmup_steps=100))
-    return {"variants": rows}
+@pytest.mark.parametrize("size", ["", "_gpu"])
+def test_f7_sweeps_norms_and_batch_sizes_at_equal_epochs(size: str) -> None:
+    experiment = f"f7_batch_stats{size}"
+    cfg, _, values = swept(experiment)
+    assert sorted(values["norm"]) == ["batchnorm", "layernorm", "rmsnorm"]
+    assert sorted(map(int, values["data.batch_size"])) == [4, 16, 64]
+    assert len(values["seed"]) >= 2 and cfg.model.name == "vit"
+    images, evals = set(), set()
+    for batch in values["data.batch_size"]:
+        run = reproduce.compose(experiment, [f"data.batch_size={batch}"])
+        images.add(run.trainer.max_steps * int(batch))
+        evals.add(round(run.trainer.max_steps / run.trainer.val_check_interval))
+    assert len(images) == 1, f"images seen differ across batch sizes: {images}"
+    assert evals == {10}  # as many validations at every batch size: "best" is comparable
+    with pytest.raises(Exception, match="at_batch"):  # a batch size without a table entry
+        _ = reproduce.compose(experiment, ["data.batch_size=5"]).trainer.max_steps
 
 
-def test_f2_pass_and_fail() -> None:
-    settings = {"ref_lr": 1e-3}
-    good = evaluate("f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings)
-    assert [v.status for v in good] == ["PASS", "PASS"]
-    f2a = good[0].measured
-    assert f2a["gap"] == pytest.approx(0.5) and f2a["post_no_warmup"] == pytest.approx(3.05)
-    # The gap is 0.09 < 0.10; Pre-LN without warmup 0.08 worse > 0.05.
-    bad = evaluate("f2", f2_report([2.64, 2.64], [2.55, 2.55], [2.58, 2.58], [2.5, 2.5]), settings)
-    assert [v.status for v in bad] == ["FAIL", "FAIL"]
-    # A diverged seed makes Post-LN without warmup worse than anything that trained.
-    diverged = evaluate("f2", f2_report([None, 2.6], [2.55, 2.55], [2.5], [2.5, 2.5]), settings)
-    assert status(diverged, "F2a") == "PASS" and status(diverged, "F2b") == "NO DATA"
-    assert status(evaluate("f2", f2_report([3], [2], [2], [2]), {}), "F2a") == "NO DATA"
+@pytest.mark.parametrize("size", ["", "_gpu"])
+def test_placement_study_covers_every_placement(size: str) -> None:
+    cfg, _, values = swept(f"placements_depth{size}")
+    assert sorted(values["placement"]) == sorted(PLACEMENTS)
+    assert len(values["model.n_layer"]) >= 2 and len(values["seed"]) >= 2
+    assert cfg.optim.warmup_steps == 0
 
 
-def depth_report(losses: dict[tuple[str, int], list]) -> dict:
-    return {
-        "variants": [
-            row(v, placement=p, n_layer=d, warmup_steps=50) for (p, d), v in losses.items()
-        ]
-    }
+def test_cpu_sizes_fit_two_cores() -> None:
+    for experiment in ("f6_lr_sensitivity", "f7_batch_stats", "placements_depth"):
+        cfg = reproduce.compose(experiment, [])
+        assert cfg.num_threads * cfg.hydra.launcher.n_jobs <= 2
+        assert "wandb" not in cfg.logger  # offline wandb runs cost seconds each
 
 
-def test_depth_claims_pass_and_fail() -> None:
-    healthy = {("pre", 3): [2.6, 2.6], ("deepnorm", 3): [2.5, 2.5]}
-    good = depth_report(
-        {
-            **healthy,
-            ("post", 3): [2.52, 2.56],
-            ("post", 24): [3.2, None],
-            ("pre", 24): [2.75, 2.8],
-            ("deepnorm", 24): [2.5, 2.55],
-        }
+# --- exit status and verdicts from a hand-built sweep dir -----------------------------------------
+F2_SMALL = ["optim.lr=1e-3", "seed=0,1"]  # placement x warmup x seed: 8 jobs
+
+
+def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
+    """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
+    both seeds failed on a config error."""
+    jobs = reproduce.sweep_jobs(reproduce.compose("f2_warmup", F2_SMALL), F2_SMALL)
+    for k, job in enumerate(jobs):
+        o = dict(item.split("=", 1) for item in job)
+        placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
+        run = out / f"{k}_gpt-{placement}-w{warmup}-s{seed}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra/config.yaml").write_text(
+            f"seed: {seed}\nplacement: {{name: {placement}}}\n"
+            f"optim: {{lr: 1.0e-3, warmup_steps: {warmup}}}\n"
+        )
+        if (placement, warmup) in failed:
+            summary = {"status": "failed", "error": "ValueError: a config error"}
+        else:
+            summary = {"status": "completed", "best_val_loss": 2.5 + 0.5 * (placement == "post")}
+        (run / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize("sweep_code", [1, 0])
+def test_a_sweep_with_failed_runs_exits_non_zero(tmp_path: Path, monkeypatch, sweep_code) -> None:
+    """Pre-LN with warmup failed in both seeds: F2b says NO DATA (not PASS on an "inf"), and
+    reproduce exits 1 whatever train.py -m returned."""
+    out = tmp_path / "f2"
+    f2_sweep(out, failed={("pre", 100)})
+    launched = []
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: launched.append(a) or sweep_code)
+    assert reproduce.main(["f2", "--out", str(out), *F2_SMALL]) == 1
+    assert len(launched) == 1  # a failed run is no finished run: the sweep runs again
+    record = json.loads((out / "verdict.json").read_text())
+    claims = {c["id"]: c for c in record["claims"]}
+    assert claims["F2b"]["status"] == "NO DATA" and "2 failed left out" in claims["F2b"]["note"]
+    assert claims["F2a"]["status"] == "FAIL"  # post: 3.0 with and without warmup
+    assert record["run_status"] == {"completed": 6, "failed": 2}
+    assert (
+        "Left out of every verdict (neither completed nor diverged): failed=2"
+        in (out / "verdict.md").read_text()
     )
-    verdicts = evaluate("f3", good, {"max_steps": 200})
-    assert {v.id: v.status for v in verdicts} == {
-        "F3a": "PASS",
-        "F3b": "PASS",
-        "F3c": "NO DATA",  # no metrics.csv with update/model
-        "F4": "PASS",
-    }
-    bad = depth_report(
-        {
-            **healthy,
-            ("post", 3): [2.7, 2.7],  # F4: 0.1 above Pre-LN
-            ("post", 24): [2.85, 2.85],  # F3a: only 0.1 above the best
-            ("pre", 24): [3.0, 3.0],  # F3b: 0.4 above its shallow self
-            ("deepnorm", 24): [2.75, 2.75],
-        }
-    )
-    verdicts = evaluate("f3", bad, {"max_steps": 200})
-    assert [status(verdicts, c) for c in ("F3a", "F3b", "F4")] == ["FAIL", "FAIL", "FAIL"]
-    assert status(evaluate("vit", bad, {}), "V1") == "FAIL"
 
 
-def test_update_claim_reads_metrics(tmp_path: Path) -> None:
-    def run(name: str, peak: float) -> dict:
-        path = tmp_path / name
-        path.mkdir()
-        rows = ["step,update/model"] + [f"{s},{peak * min(s, 20) / 20}" for s in range(101)]
-        (path / "metrics.csv").write_text("\n".join(rows) + "\n")
-        return {"run_dir": str(path), "status": "completed", "best_val_loss": 2.5}
-
-    def variant(placement: str, peak: float) -> dict:
-        runs = [run(f"{placement}-{peak}-{i}", peak) for i in range(2)]
-        return {"label": placement, "params": {"placement": placement, "n_layer": 12}, "runs": runs}
-
-    report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
-    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
-    # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
-    assert v.status == "PASS" and v.measured["ratio"] == pytest.approx(3.0)
-    assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
-    report["variants"][1] = variant("deepnorm", 4.0)
-    v = findings.post_update_jumps(report, {"max_steps": 200}, findings.Verdict("x", "", ""))
-    assert v.status == "FAIL" and v.measured["ratio"] == pytest.approx(1.5)
-    with pytest.raises(findings.NoData):  # window 1..0: nothing logged there
-        findings.post_update_jumps(report, {"max_steps": 10}, findings.Verdict("x", "", ""))
-
-
-def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict:
-    """init_probe groups with last_fc2 = c * L**slope and act_norm rising by pre_growth."""
-    groups = []
-    for placement, slope, growth in (("post", post_slope, 1.0), ("pre", pre_slope, pre_growth)):
-        for depth in (6, 12, 24, 48):
-            act = [1.0 + (growth - 1.0) * i / (depth - 1) for i in range(depth)]
-            params = {"placement": placement, "n_layer": depth}
-            groups.append({"params": params, "last_fc2": 0.2 * depth**slope, "act_norm": act})
-    return {"variants": [], "init_probe": groups}
-
-
-def test_f1_pass_and_fail() -> None:
-    good = evaluate("f1", probe_report(0.05, -0.5, 7.0))
-    assert [v.status for v in good] == ["PASS"] * 4
-    assert good[0].measured["slope"] == pytest.approx(0.05, abs=1e-4)
-    assert good[1].measured["slope"] == pytest.approx(-0.5, abs=1e-4)
-    assert good[3].measured["ratio"] == pytest.approx(7.0)
-    bad = evaluate("f1", probe_report(0.2, -0.25, 1.5))
-    assert [v.status for v in bad] == ["FAIL", "FAIL", "PASS", "FAIL"]
-    assert [v.status for v in evaluate("f1", {"variants": []})] == ["NO DATA"] * 4
-
-
-def test_f5_tolerance() -> None:
-    def report(rms: list) -> dict:
-        rows = [
-            row([2.50, 2.52], placement="pre", norm="layernorm"),
-            row(rms, placement="pre", norm="rmsnorm"),
-        ]
-        return {"variants": rows}
-
-    assert evaluate("f5", report([2.53, 2.55]))[0].status == "PASS"  # 0.03 apart
-    v = evaluate("f5", report([2.58, 2.60]))[0]  # 0.08 apart
-    assert v.status == "FAIL" and v.measured["pre_diff"] == pytest.approx(0.08)
+def test_a_finished_sweep_exits_zero_without_launching(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "f2"
+    f2_sweep(out, failed=set())
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    assert reproduce.main(["f2", "--out", str(out), *F2_SMALL]) == 0
+    claims = json.loads((out / "verdict.json").read_text())["claims"]
+    assert [c["status"] for c in claims] == ["FAIL", "PASS"]
 
 
 # --- F1 end to end -------------------------------------------------------------------------------

@@ -139,10 +139,19 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
 
 # --- callbacks and trainer -------------------------------------------------------------------
 class StepProgressBar(RichProgressBar):
-    """Rich progress over optimizer steps; the endless train loader makes epochs meaningless."""
+    """Rich progress over optimizer steps (not micro-batches: with gradient accumulation a step
+    takes several), out of trainer.max_steps; the endless train loader has no epochs."""
+
+    @property
+    def total_train_batches(self) -> int:
+        return self.trainer.max_steps
 
     def _get_train_description(self, current_epoch: int) -> str:
         return "train steps"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._update(self.train_progress_bar_id, trainer.global_step)
 
 
 def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Callback]:
@@ -160,7 +169,23 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Call
         every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)
         path = run_dir / "last.ckpt"
         callbacks.append(ResumeCheckpoint(path, every, node.get("every_s"), settings))
-    return callbacks
+    return callbacks + [instantiate_callback(k, v) for k, v in (cfg.get("callbacks") or {}).items()]
+
+
+def instantiate_callback(key: str, node: DictConfig) -> Callback:
+    """A user's Lightning callback from its ``_target_`` entry (``callbacks.<key>``)."""
+    from hydra.utils import instantiate
+
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(f"callbacks.{key} needs a _target_: callbacks.{key}._target_=<class>")
+    try:
+        callback = instantiate(node)
+    except Exception as err:  # an unknown class or a bad argument: one line
+        cause = err.__cause__ or err
+        raise ConfigError(f"callbacks.{key} ({node._target_}) cannot start: {cause}") from err
+    if not isinstance(callback, Callback):
+        raise ConfigError(f"callbacks.{key}: {node._target_} is not a Lightning Callback")
+    return callback
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:

@@ -1,11 +1,16 @@
-"""The run's loggers: metrics.csv in the run dir, and wandb (offline unless asked otherwise).
+"""The run's loggers: metrics.csv in the run dir, wandb (offline unless asked otherwise), and
+any Lightning logger named by ``_target_`` (TensorBoard, MLflow: conf/logger/).
 
-wandb layout: project normlab, group = the experiment or sweep, name = the variant, tags =
-placement, norm, model, depth, the whole resolved config as wandb config. Charts share the
-optimizer-step axis (``trainer/global_step``) and fall into panel sections by the metric prefix
-before the first "/" (train, val, grad_norm, act_norm, update, attn, throughput). The run table
-shows ``val/loss`` as its minimum (``val/acc`` as its maximum) and the run's ``status``,
-``diverged_at_step`` and ``best_val_loss`` from summary.json.
+wandb layout, as its UI groups runs: project = ``logger.wandb.project`` (one per study), group =
+the sweep (one sweep dir, one group; a single run has none unless ``group=`` names one),
+job_type = the variant without its seed (so group-by averages the seeds), name = the variant
+with its seed, tags = placement, norm, model, depth and the experiment, and the whole resolved
+config as wandb config (``experiment`` included). Charts share the optimizer-step axis
+(``trainer/global_step``) and fall into panel sections by the metric prefix before the first "/".
+The run table shows ``val/loss`` as its minimum (``val/acc`` as its maximum) and the run's
+status, divergence step and best and final losses from summary.json. ``last.ckpt`` becomes an
+artifact with ``logger.wandb.log_model=true``. wandb's console output stays quiet unless
+``logger.wandb.verbose=true``.
 """
 
 from __future__ import annotations
@@ -22,11 +27,24 @@ from omegaconf import DictConfig, OmegaConf
 from data.text import reachable
 from training.resume import ResumableCSVLogger
 
-LOGGERS = ("csv", "wandb")
+LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
 SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
+# summary.json fields copied into the wandb run table.
+SUMMARY_FIELDS = (
+    "status",
+    "diverged_at_step",
+    "best_val_loss",
+    "final_val_loss",
+    "best_val_acc",
+    "final_val_acc",
+    "best_val_bpb",
+    "final_val_bpb",
+    "steps",
+    "loss_spikes",
+)
 SUMMARY_OF = {"val/loss": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
 
@@ -35,22 +53,33 @@ class LoggerError(ValueError):
     """A logger that cannot start; the message names the fix."""
 
 
-def wandb_group(cfg: DictConfig) -> str | None:
-    """Explicit group, else the experiment's name, else the sweep's dir for a multirun."""
-    if cfg.get("group"):
-        return str(cfg.group)
+def hydra_context() -> tuple[str | None, str | None]:
+    """(experiment name, sweep dir) of the Hydra job this process runs, when there is one."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return None
+        return None, None
     hydra_cfg = HydraConfig.get()
     experiment = hydra_cfg.runtime.choices.get("experiment")
-    if experiment:
-        return str(experiment)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        return "sweep-" + "-".join(Path(hydra_cfg.sweep.dir).parts[-2:])
-    return None
+    sweep = hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else None
+    return (str(experiment) if experiment else None), sweep
+
+
+def wandb_group(cfg: DictConfig) -> str | None:
+    """Explicit ``group=``, else the sweep: its dir's last two parts (one sweep dir = one group,
+    so every rerun or extension of that sweep lands in the same group)."""
+    if cfg.get("group"):
+        return str(cfg.group)
+    _, sweep = hydra_context()
+    return "sweep-" + "-".join(Path(sweep).resolve().parts[-2:]) if sweep else None
+
+
+def job_type(cfg: DictConfig) -> str:
+    """The variant without its seed: the run name with its ``-s<seed>`` part removed."""
+    name = str(cfg.name)
+    suffix = f"-s{cfg.seed}"
+    return name[: -len(suffix)] if name.endswith(suffix) else name
 
 
 def check_wandb_online(mode: str | None) -> None:
@@ -75,30 +104,61 @@ def build_loggers(
     """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from its
     checkpoint's ``cut`` (training/resume.py) and the wandb run ``wandb_id``."""
     node = cfg.get("logger") or {}
-    unknown = sorted(set(node) - set(LOGGERS))
-    if unknown:
-        raise LoggerError(f"unknown logger '{unknown[0]}'; choose from: {', '.join(LOGGERS)}")
     loggers: list[Logger] = []
-    if "csv" in node:
-        loggers.append(ResumableCSVLogger(run_dir, cut=cut, **node.csv))
-    if "wandb" in node:
-        w = OmegaConf.to_container(node.wandb, resolve=True)
-        check_wandb_online(w.get("mode"))
-        config = OmegaConf.to_container(cfg, resolve=True)
-        config.pop("hydra", None)
-        tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
-        loggers.append(
-            WandbLogger(
-                name=cfg.name,
-                save_dir=str(run_dir),
-                group=wandb_group(cfg),
-                tags=tags,
-                config=config,
-                id=wandb_id,  # None: a new run; else continue that one (resume="allow")
-                **w,
+    for key in node:
+        if key == "csv":
+            loggers.append(ResumableCSVLogger(run_dir, cut=cut, **node.csv))
+        elif key == "wandb":
+            loggers.append(build_wandb(cfg, run_dir, wandb_id))
+        elif isinstance(node[key], DictConfig) and "_target_" in node[key]:
+            loggers.append(instantiate_logger(key, node[key], run_dir))
+        else:
+            raise LoggerError(
+                f"unknown logger '{key}'; choose from: {', '.join(LOGGERS)}, or give "
+                f"logger.{key}._target_=<a Lightning logger class>"
             )
-        )
     return loggers
+
+
+def instantiate_logger(key: str, node: DictConfig, run_dir: Path) -> Logger:
+    """A Lightning logger from its ``_target_`` entry, writing under the run dir."""
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(node, save_dir=str(run_dir))
+    except Exception as err:  # ImportError for a missing extra, TypeError for a bad argument
+        cause = err.__cause__ or err
+        raise LoggerError(
+            f"logger.{key} ({node._target_}) cannot start: {type(cause).__name__}: "
+            f"{str(cause).splitlines()[0] if str(cause) else ''}; install it with "
+            "pip install -e '.[loggers]', or drop the logger"
+        ) from err
+
+
+def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLogger:
+    w = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+    verbose = bool(w.pop("verbose", False))
+    w.pop("log_model", None)  # finish_wandb uploads the final last.ckpt itself
+    check_wandb_online(w.get("mode"))
+    if not verbose:
+        os.environ.setdefault("WANDB_SILENT", "true")
+        os.environ.setdefault("WANDB_CONSOLE", "off")
+    experiment, _ = hydra_context()
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("hydra", None)
+    config["experiment"] = experiment
+    tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
+    tags += [f"experiment:{experiment}"] if experiment else []
+    return WandbLogger(
+        name=cfg.name,
+        save_dir=str(run_dir),
+        group=wandb_group(cfg),
+        job_type=job_type(cfg),
+        tags=tags,
+        config=config,
+        id=wandb_id,  # None: a new run; else continue that one (resume="allow")
+        **w,
+    )
 
 
 def define_wandb_metrics(run: Any) -> None:
@@ -130,8 +190,13 @@ def finish_wandb(summary: dict | None = None) -> None:
     if wandb.run is None:
         return
     if summary is not None:
-        keys = ("status", "diverged_at_step", "best_val_loss", "best_val_acc", "final_val_loss")
-        wandb.run.summary.update({k: summary[k] for k in keys if k in summary})
+        wandb.run.summary.update({k: summary[k] for k in SUMMARY_FIELDS if k in summary})
+        log_model = wandb.run.config.get("logger", {}).get("wandb", {}).get("log_model")
+        ckpt = Path(summary.get("run_dir") or ".") / "last.ckpt"
+        if log_model and summary.get("status") == "completed" and ckpt.is_file():
+            artifact = wandb.Artifact(f"model-{wandb.run.id}", type="model", metadata=summary)
+            artifact.add_file(str(ckpt))
+            wandb.run.log_artifact(artifact, aliases=["last"])
     wandb.finish(exit_code=0 if summary is None or summary.get("status") != "failed" else 1)
 
 

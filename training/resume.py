@@ -203,9 +203,13 @@ class ResumeCheckpoint(Checkpoint):
         stop = trainer.strategy.reduce_boolean_decision(self.interrupted is not None, all=False)
         if stop:  # every rank stops here together, whichever was signalled
             self.interrupted = self.interrupted or signal.SIGTERM
-            if not trainer.should_stop and step != self._saved_step:
-                self.save(trainer)
             trainer.should_stop = True
+            if step != self._saved_step and validation_follows(trainer):
+                self._after_validation = True  # a regular validation: checkpoint after it
+            else:
+                if step != self._saved_step:
+                    self.save(trainer)
+                pl_module.status = "interrupted"  # the stop's extra validation is not a result
             return
         if step == self._saved_step or trainer.should_stop or step >= trainer.max_steps:
             return
@@ -213,7 +217,7 @@ class ResumeCheckpoint(Checkpoint):
         if self.every_s is not None:  # one verdict for all ranks: they all take part in a save
             late = time.monotonic() - self._last_save >= self.every_s
             due = trainer.strategy.reduce_boolean_decision(due or late, all=False)
-        if due and validation_follows(trainer, batch_idx):
+        if due and validation_follows(trainer):
             self._after_validation = True
         elif due:
             self.save(trainer)
@@ -221,8 +225,11 @@ class ResumeCheckpoint(Checkpoint):
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._after_validation and not trainer.sanity_checking:
             self._after_validation = False
-            if trainer.state.fn == "fit" and not trainer.should_stop:
+            stopping = trainer.should_stop and self.interrupted is None
+            if trainer.state.fn == "fit" and not stopping:
                 self.save(trainer, val_done=True)
+            if self.interrupted is not None:
+                pl_module.status = "interrupted"
 
     def save(self, trainer, val_done: bool = False, final: bool = False) -> None:
         """Write the checkpoint after every metric row it covers is on disk. ``final``: after
@@ -244,7 +251,7 @@ class ResumeCheckpoint(Checkpoint):
         pass  # read up front by the run dir's plan; this run's own config is the one recorded
 
 
-def validation_follows(trainer, batch_idx: int) -> bool:
+def validation_follows(trainer) -> bool:
     """Whether the fit validates right after this batch: the trainer's batch-count rule for an
     endless train loader (validation every ``val_check_batch`` batches, counted across epochs)."""
     every = trainer.val_check_batch

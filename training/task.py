@@ -8,7 +8,7 @@ Every metric row of optimizer step s (train/loss, lr, throughput, and the probes
 loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
 checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
 rows of steps below the checkpoint's step and logs the rest again (see training/resume.py).
-A validation after the run diverged is neither logged nor tracked: its weights are not a result.
+A validation after the run diverged (or was interrupted) is neither logged nor tracked.
 Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
 so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
 """
@@ -19,12 +19,15 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 
 import lightning.pytorch as L
 import numpy as np
 import torch
 from torch import nn
+
+from models.gpt import GPT, GPTConfig
+from models.vit import ViT, ViTConfig
 
 
 def cosine_multiplier(progress: float, min_lr_ratio: float) -> float:
@@ -160,11 +163,33 @@ class TrainTask(L.LightningModule):
     """
 
     unit = "samples"  # throughput/{unit}_per_s
+    model_class: type[nn.Module] = nn.Module  # what load_from_checkpoint rebuilds from its config
+    config_class: type = dict
 
     def __init__(
-        self, model: nn.Module, optim: OptimConfig, total_steps: int, seed: int = 0
+        self,
+        model: nn.Module | None = None,
+        optim: OptimConfig | dict | None = None,
+        total_steps: int = 1,
+        seed: int = 0,
+        model_config: dict | None = None,
     ) -> None:
         super().__init__()
+        if model is None:  # Task.load_from_checkpoint(path): rebuilt from the saved config
+            if model_config is None:
+                raise ValueError("pass a model, or the model_config to build one from")
+            model = self.model_class(self.config_class(**model_config))
+        optim = OptimConfig(**optim) if isinstance(optim, dict) else optim or OptimConfig()
+        cfg = getattr(model, "cfg", None)
+        # Saved in every checkpoint, so that it describes itself (plain values: safe to load).
+        self.save_hyperparameters(
+            {
+                "model_config": asdict(cfg) if is_dataclass(cfg) else None,
+                "optim": asdict(optim),
+                "total_steps": total_steps,
+                "seed": seed,
+            }
+        )
         self.model = model
         self.optim = optim
         self.total_steps = total_steps
@@ -181,6 +206,18 @@ class TrainTask(L.LightningModule):
         self._timed_step = -1
         self._step_units = 0
         self._val_sums: dict[str, torch.Tensor] = {}
+
+    def on_train_start(self) -> None:
+        trainer = self.trainer
+        every, per_epoch = trainer.val_check_batch, trainer.check_val_every_n_epoch
+        endless = trainer.num_training_batches == float("inf")
+        never = every in (None, float("inf")) or per_epoch is not None
+        if trainer.enable_validation and endless and never:
+            raise ValueError(
+                "validation would never run: the train loader is endless and has no epochs; "
+                "pass L.Trainer(val_check_interval=<steps>, check_val_every_n_epoch=None), "
+                "or limit_val_batches=0 to train without validation"
+            )
 
     def count_units(self, batch) -> int:
         """Tokens or samples in one batch (for throughput)."""
@@ -290,8 +327,8 @@ class TrainTask(L.LightningModule):
         sums = self.reduced_val_sums()
         metrics = {"val/loss": sums["loss"] / sums["count"], **self.val_extras(sums)}
         self.log_dict(metrics, prog_bar=True, logger=False)  # progress bar, callback_metrics
-        if self.trainer.sanity_checking or self.status == "diverged":
-            return
+        if self.trainer.sanity_checking or self.status != "completed":
+            return  # a diverged or interrupted run's extra validation is not a result
         # Logged at the number of optimizer steps taken, like train/loss (Lightning's own val
         # logging lands one step earlier during fit and one later after it).
         for logger in self.loggers:
@@ -349,18 +386,18 @@ class LanguageModelTask(TrainTask):
     """Next-token prediction; the loss is mean cross-entropy in nats per token."""
 
     unit = "tokens"
+    model_class, config_class = GPT, GPTConfig
 
 
 class ImageClassificationTask(TrainTask):
     """Image classification; adds val/acc and tracks the best accuracy."""
 
     unit = "samples"
+    model_class, config_class = ViT, ViTConfig
     TRACKED = (*TrainTask.TRACKED, "best_val_acc", "last_val_acc")
 
-    def __init__(
-        self, model: nn.Module, optim: OptimConfig, total_steps: int, seed: int = 0
-    ) -> None:
-        super().__init__(model, optim, total_steps, seed)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.best_val_acc: float | None = None
         self.last_val_acc: float | None = None
 

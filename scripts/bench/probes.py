@@ -6,8 +6,8 @@ ForwardProbes, Divergence) called as a Trainer would call them. The step counter
 blocks so each probe fires at its true rate. Prints the median seconds per step of each variant
 and their ratio.
 
-    python -m scripts.bench_probes                   # default job: GPT 6 x 128, ctx 128, batch 32
-    python -m scripts.bench_probes --n-layer 24 --device cuda
+    python -m scripts.bench.probes                   # default job: GPT 6 x 128, ctx 128, batch 32
+    python -m scripts.bench.probes --n-layer 24 --device cuda
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n-layer", type=int, default=6)
     p.add_argument("--n-embd", type=int, default=128)
@@ -74,7 +74,7 @@ def main() -> None:
         default="wall",
         help="cpu: process CPU time, steadier than wall time on a shared machine (use --threads 1)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

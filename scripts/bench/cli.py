@@ -25,14 +25,11 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
 
-from scripts.bench_core import CLOCKS, BenchConfig, Result, keep_freed_memory, one_line
-from scripts.bench_models import bench_gpt, bench_norms, bench_placements, bench_vit
-from scripts.bench_train import bench_lightning, bench_memory, bench_probes
+from scripts.bench.core import CLOCKS, BenchConfig, Result, keep_freed_memory, one_line
+from scripts.bench.harness import bench_lightning, bench_memory, bench_probes
+from scripts.bench.models import bench_gpt, bench_norms, bench_placements, bench_vit
 
 SECTIONS: dict[str, Callable[[BenchConfig], list[Result]]] = {
     "gpt": bench_gpt,
@@ -115,7 +112,7 @@ def parse_sections(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the selected sections, print the table, write JSON if asked; returns the report."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--quick", action="store_true", help="tiny sizes, few rounds")
     p.add_argument(
@@ -190,7 +187,3 @@ def main(argv: list[str] | None = None) -> dict:
         if r.status == "error":
             print(f"error in {r.section}: {r.note}", file=sys.stderr)
     return report
-
-
-if __name__ == "__main__":
-    sys.exit(0 if main()["ok"] else 1)

@@ -18,7 +18,7 @@ from models.gpt import GPT, GPTConfig
 from models.norms import NORMS, build_norm
 from models.placement import PLACEMENTS
 from models.vit import ViT, ViTConfig
-from scripts.bench_core import (
+from scripts.bench.core import (
     GPT_SIZES,
     GRID_SIZES,
     NORM_SHAPES,
@@ -36,7 +36,7 @@ from scripts.bench_core import (
     train_step,
     warm,
 )
-from scripts.plain_gpt import describe, describe_plain, plain_like
+from scripts.bench.plain_gpt import describe, describe_plain, plain_like
 
 PEAK_BF16_FLOPS = 989e12  # H100/H200 SXM dense bf16: the MFU denominator
 

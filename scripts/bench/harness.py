@@ -1,6 +1,6 @@
 """The training-loop sections: train.run's steady-state step against a raw loop of the same
 work without Lightning (marginal time per step, so setup cancels), the probe callbacks' overhead
-as scripts/bench_probes.py measures it, and peak memory: this process, a short default train.py
+as scripts/bench/probes.py measures it, and peak memory: this process, a short default train.py
 job, and CPU training steps of the GPU configuration, each child polled for its peak RSS.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import inspect
 import io
 import os
 import re
@@ -22,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from scripts.bench_core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
-from scripts.bench_models import normlab_gpt
+from scripts.bench.core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
+from scripts.bench.models import normlab_gpt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- Lightning overhead
@@ -139,25 +138,16 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
 
 # ---------------------------------------------------------------- probes and memory
 def bench_probes(bc: BenchConfig) -> list[Result]:
-    """scripts/bench_probes.py's plain vs probed step, read from what it prints."""
-    if not (ROOT / "scripts" / "bench_probes.py").exists():
-        return [skip("probes", "bench_probes", "scripts/bench_probes.py not found")]
-    from scripts import bench_probes
+    """scripts/bench/probes.py's plain vs probed step, read from what it prints."""
+    from scripts.bench import probes
 
     args = ["--device", bc.device]
     if bc.quick:
         args += ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4"]
         args += ["--steps-per-block", "2", "--blocks", "2"]
-    buf, argv = io.StringIO(), sys.argv
+    buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        if inspect.signature(bench_probes.main).parameters:
-            bench_probes.main(args)
-        else:  # it parses sys.argv
-            sys.argv = ["bench_probes", *args]
-            try:
-                bench_probes.main()
-            finally:
-                sys.argv = argv
+        probes.main(args)
     text = buf.getvalue()
     ms = dict(re.findall(r"^(plain|probed)\s+([\d.]+) ms/step", text, re.M))
     if set(ms) != {"plain", "probed"}:
@@ -233,7 +223,7 @@ def bench_memory(bc: BenchConfig) -> list[Result]:
     if bc.device == "cuda":  # the gpt section reports each model's GPU peak memory
         return out
     size = "quick" if bc.quick else "cuda"
-    code = f"from scripts.bench_train import gpt_steps; gpt_steps({size!r})"
+    code = f"from scripts.bench.harness import gpt_steps; gpt_steps({size!r})"
     peak = peak_rss_of([sys.executable, "-c", code], "gpt_steps")
     s = GPT_SIZES[size]
     note = f"GPU config L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, CPU fp32, 2 steps"

@@ -1,4 +1,5 @@
-"""compare.py on a synthetic sweep with hand-computed numbers: table, report.json, plots."""
+"""The sweep report (scripts/analysis/report.py; its CLI scripts/compare.py) on a synthetic sweep
+with hand-computed numbers: table, report.json, plots."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import compare, plotting
+from scripts import compare
+from scripts.analysis import report as reporting
+from scripts.analysis import runs, variants, xy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SWEEP = ("multirun", "2026-11-29", "12-00-00")
@@ -107,7 +110,7 @@ def variant(report: dict, placement: str, n_layer: int) -> dict:
 
 
 def test_table_values_match_hand_computed_means(sweep: Path) -> None:
-    report = compare.compare(sweep)
+    report = reporting.compare(sweep)
     assert report["variant_fields"] == ["placement", "n_layer"]  # not the seed-bearing name
     assert report["n_runs"] == 10
     assert len(report["variants"]) == 4
@@ -141,14 +144,15 @@ def test_table_values_match_hand_computed_means(sweep: Path) -> None:
 
 def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
     figures = {}
-    real_save = plotting.save
+    real_save = xy.save
 
     def keep(fig, out_dir, name):
-        figures[name] = [line.get_marker() for ax in fig.axes for line in ax.get_lines()]
+        markers = [line.get_marker() for ax in fig.axes for line in ax.get_lines()]
+        figures[name] = (markers, [t.get_text() for legend in fig.legends for t in legend.texts])
         return real_save(fig, out_dir, name)
 
-    monkeypatch.setattr(plotting, "save", keep)
-    report = compare.compare(sweep)
+    monkeypatch.setattr(xy, "save", keep)
+    report = reporting.compare(sweep)
     post4 = variant(report, "post", 4)
     assert post4["status_counts"] == {"completed": 1, "diverged": 1}
     assert post4["diverged_at_steps"] == [30]
@@ -160,13 +164,16 @@ def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
     assert "1 completed, 1 diverged" in line and "| 30 |" in line and "2.5000 (n=1)" in line
     (line,) = [row for row in md.splitlines() if "| post | layernorm | 2 |" in row]
     assert "2.1000 ± 0.1414 (n=2)" in line and "| – |" in line
-    # one diverged run -> one x at the top of the depth plot, plus its legend entry
-    assert figures["best_val_vs_depth.png"].count("x") == 2
-    assert figures["loss_curves.png"].count("x") >= 1  # where the diverged run stopped
+    # one diverged run -> one x at the top of the depth plot, explained in the legend
+    markers, legend = figures["best_val_vs_depth.png"]
+    assert markers.count("x") == 1 and "diverged (count)" in legend
+    markers, legend = figures["loss_curves.png"]
+    assert markers.count("x") == 2 and "diverged here" in legend  # train and val: where it stopped
+    assert "placement=post (2 seeds)" in legend and "± 1 std over seeds" in legend
 
 
 def test_plots_are_valid_pngs_and_json_is_strict(sweep: Path) -> None:
-    report = compare.compare(sweep)
+    report = reporting.compare(sweep)
     out = sweep / "report"
     expected = {
         "loss_curves.png",
@@ -221,7 +228,7 @@ def test_explicit_group_and_probe_json(tmp_path: Path) -> None:
         for s in (0, 1)
     ]
     (tmp_path / "probe.json").write_text(json.dumps({"model": "gpt", "records": records}))
-    report = compare.compare(tmp_path)
+    report = reporting.compare(tmp_path)
     assert report["wandb_groups"] == ["depth_stability"]
     assert report["wandb_sync"] is None
     assert report["variants"][0]["status_counts"] == {"unfinished": 2}
@@ -231,8 +238,8 @@ def test_explicit_group_and_probe_json(tmp_path: Path) -> None:
     assert {"grad_norm_init.png", "act_norm_init.png"} <= set(report["plots"])
 
 
-def fake_run(seed: int, **params) -> compare.Run:
-    run = compare.Run(Path(f"r{seed}-{params}"), {"seed": seed}, {}, {})
+def fake_run(seed: int, **params) -> runs.Run:
+    run = runs.Run(Path(f"r{seed}-{params}"), {"seed": seed}, {}, {})
     run.params = params
     return run
 
@@ -244,17 +251,10 @@ def test_variant_fields_ignore_seed_derived_fields() -> None:
         for wd in (0.0, 0.1)
         for s in (0, 1, 2)
     ]
-    assert compare.variant_fields(runs) == ["optim.weight_decay"]
+    assert variants.variant_fields(runs) == ["optim.weight_decay"]
     # one seed, an lr sweep: lr alone tells the variants apart
     runs = [fake_run(0, lr=lr, **{"tag": f"lr{lr}", "optim.lr": lr}) for lr in (0.1, 0.01)]
-    assert compare.variant_fields(runs) == ["lr"]
-
-
-def test_read_metrics_sparse_rows(tmp_path: Path) -> None:
-    path = tmp_path / "metrics.csv"
-    path.write_text("epoch,step,train/loss,val/loss\n0,0,2.5,\n0,1,nan,\n0,1,,2.25\n0,2,2.0,\n")
-    series = compare.read_metrics(path, compare.Warnings())
-    assert series == {"train/loss": [(0, 2.5), (2, 2.0)], "val/loss": [(1, 2.25)]}
+    assert variants.variant_fields(runs) == ["lr"]
 
 
 def test_vit_rows_show_accuracy_and_samples_per_s(tmp_path: Path) -> None:
@@ -264,11 +264,11 @@ def test_vit_rows_show_accuracy_and_samples_per_s(tmp_path: Path) -> None:
         summary = {"status": "completed", "model": "vit", "placement": "pre", "seed": seed,
                    "best_val_acc": acc, "samples_per_s": 300.0 + 2 * seed}  # fmt: skip
         (run / "summary.json").write_text(json.dumps(summary))
-    report = compare.compare(tmp_path, plots=False)
+    report = reporting.compare(tmp_path, plots=False)
     (row,) = report["variants"]
     assert row["best_val_acc"]["mean"] == pytest.approx(0.85)
     assert row["throughput_unit"] == "samples_per_s"
-    table = compare.markdown_table(report)
+    table = reporting.markdown_table(report)
     assert "best val acc" in table and "0.850 ± 0.071" in table and "301 samples/s" in table
 
 
@@ -299,7 +299,7 @@ def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
         "runs": runs,
     }
     (tmp_path / "probe.json").write_text(json.dumps(data))
-    report = compare.compare(tmp_path)
+    report = reporting.compare(tmp_path)
     assert report["n_runs"] == 0 and len(report["init_probe"]) == 4
     (pre4,) = [
         p

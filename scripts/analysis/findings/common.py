@@ -1,0 +1,119 @@
+"""What every claim check shares: the verdict record, the NO DATA signal, and reading variant
+rows of a sweep's report.json (scripts/analysis/report.py writes it).
+
+A claim states what a paper reports, measures it in the report (the variants: mean over seeds of
+each run's best val loss; or the init-probe groups), compares it with a threshold and says PASS
+or FAIL, or NO DATA when the variants it needs are missing or have fewer than MIN_SEEDS finished
+runs. Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
+run (a config error, a crash, a refused resume) says nothing about its variant and is left out,
+never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
+trained, and a variant with one such seed is as bad as its worst seed.
+
+Thresholds shared by the families (losses in nats per token / per image; seed-to-seed std at the
+CPU sizes is 0.01-0.04):
+    WORSE = 0.10   "ends worse": >= 2.5 seed stds, far below the gaps the papers report
+    CLOSE = 0.05   "close to" / "matches": about 2 seed stds
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scripts.analysis.runs import FINISHED
+
+MIN_SEEDS = 2
+WORSE, CLOSE = 0.10, 0.05
+STATUSES = ("PASS", "FAIL", "NO DATA")
+
+
+@dataclass
+class Verdict:
+    id: str
+    statement: str  # the paper's claim, as this sweep tests it
+    source: str
+    measured: dict[str, Any] = field(default_factory=dict)
+    threshold: str = ""
+    status: str = "NO DATA"
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class NoData(Exception):
+    """The report lacks what a claim needs; the message says what."""
+
+
+# --- reading the report --------------------------------------------------------------------------
+def close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
+    return a == b
+
+
+def variant(report: dict, **params: Any) -> dict:
+    """The one variant row whose params match ``params``."""
+    rows = [
+        r
+        for r in report.get("variants", [])
+        if all(close(r["params"].get(k), v) for k, v in params.items())
+    ]
+    if len(rows) != 1:
+        what = " ".join(f"{k}={v}" for k, v in params.items())
+        raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
+    return rows[0]
+
+
+def finished(row: dict) -> list[dict]:
+    """The runs a verdict may use: those that completed or diverged."""
+    return [r for r in row["runs"] if r["status"] in FINISHED]
+
+
+def too_few(row: dict, n: int, what: str = "completed or diverged runs") -> NoData:
+    """NO DATA for a variant with ``n`` usable runs; names the runs left out and why."""
+    left = Counter(r["status"] for r in row["runs"] if r["status"] not in FINISHED)
+    out = f" ({', '.join(f'{k} {s}' for s, k in sorted(left.items()))} left out)" if left else ""
+    return NoData(f"{row['label']}: {n} {what}{out}, need >= {MIN_SEEDS}")
+
+
+def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
+    """Per finished run: its metric, +inf when it diverged; other runs left out."""
+    out = []
+    for run in finished(row):
+        value = run.get(metric)
+        ok = run["status"] == "completed" and isinstance(value, int | float)
+        out.append(float(value) if ok else math.inf)
+    return out
+
+
+def mean_score(row: dict, min_seeds: int = MIN_SEEDS) -> float:
+    values = scores(row)
+    if len(values) < min_seeds:
+        raise too_few(row, len(values))
+    return math.inf if math.inf in values else statistics.fmean(values)
+
+
+def values(report: dict, key: str) -> list[Any]:
+    """The distinct values of one variant param across the report, sorted."""
+    found = {r["params"].get(key) for r in report.get("variants", [])} - {None}
+    return sorted(found)
+
+
+def rnd(x: float | None, digits: int = 4) -> float | str | None:
+    if x is None:
+        return None
+    return "inf (diverged)" if math.isinf(x) else round(x, digits)
+
+
+def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
+    verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
+    verdict.status = "PASS" if passed else "FAIL"
+    return verdict
+
+
+Check = Callable[[dict, dict, Verdict], Verdict]

@@ -1,0 +1,152 @@
+"""Warmup and depth (F2, F3, F4, the ViT and the placement study): which placements need warmup,
+which train deep, and how large the early model update is.
+
+Thresholds (losses in nats; see common.py for WORSE and CLOSE):
+    FAILS = 0.20   "fails to train": a gap no seed noise reaches (a stuck Post-LN sits ~0.6 above)
+    DEEP_OK = 0.30 "trains at depth": deepest within this of the same placement's shallowest
+                   (short runs of deep stacks lag a little without failing)
+    F4_TOL = 0.02  "ends slightly better": Post-LN's mean at most this above Pre-LN's
+    UPDATE_RATIO = 2.0  Post-LN's model update over the first 5% of steps at least this multiple
+                   of DeepNorm's (seeds differ by ~15%; DeepNet reports orders of magnitude)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from scripts.analysis.findings.common import (
+    CLOSE,
+    MIN_SEEDS,
+    WORSE,
+    Check,
+    NoData,
+    Verdict,
+    decide,
+    finished,
+    mean_score,
+    too_few,
+    values,
+    variant,
+)
+from scripts.analysis.runs import run_series
+
+FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.20, 0.30, 0.02, 2.0
+EARLY_FRACTION = 0.05  # "early": the first 5% of training
+
+
+# --- F2: warmup ----------------------------------------------------------------------------------
+def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[float, float, dict]:
+    lr = settings.get("ref_lr")
+    if lr is None:
+        raise NoData("the experiment sets no reproduce.ref_lr")
+    warmups = values(report, "warmup_steps")
+    if 0 not in warmups or len(warmups) < 2:
+        raise NoData(f"warmup_steps values {warmups}: need 0 and a warmup")
+    off = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=0))
+    on = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=warmups[-1]))
+    return off, on, {"lr": lr, "warmup_steps": warmups[-1]}
+
+
+def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    off, on, where = warmup_pair(report, settings, "post")
+    v.threshold = f"no-warmup - warmup >= {WORSE}"
+    return decide(v, off - on >= WORSE, post_no_warmup=off, post_warmup=on, gap=off - on, **where)
+
+
+def f2_pre_no_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    off, on, where = warmup_pair(report, settings, "pre")
+    v.threshold = f"no-warmup - warmup <= {CLOSE}"
+    return decide(v, off - on <= CLOSE, pre_no_warmup=off, pre_warmup=on, gap=off - on, **where)
+
+
+# --- F3/F4 and the ViT: depth --------------------------------------------------------------------
+def depth_means(report: dict, placement: str, depth: int) -> float:
+    return mean_score(variant(report, placement=placement, n_layer=depth))
+
+
+def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = max(values(report, "n_layer"), default=None)
+    if depth is None:
+        raise NoData("no depths in the report")
+    post = depth_means(report, "post", depth)
+    others = {p: depth_means(report, p, depth) for p in ("pre", "deepnorm")}
+    best = min(others.values())
+    v.threshold = f"post diverged, or post - min(pre, deepnorm) >= {FAILS}"
+    return decide(v, post - best >= FAILS, depth=depth, post=post, **others, gap=post - best)
+
+
+def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depths = values(report, "n_layer")
+    if len(depths) < 2:
+        raise NoData(f"depths {depths}: need >= 2")
+    measured, ok = {"depths": [depths[0], depths[-1]]}, True
+    for p in ("pre", "deepnorm"):
+        shallow, deep = depth_means(report, p, depths[0]), depth_means(report, p, depths[-1])
+        measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = shallow, deep
+        ok = ok and deep - shallow <= DEEP_OK
+    v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each"
+    return decide(v, ok, **measured)
+
+
+def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = min(values(report, "n_layer"), default=None)
+    if depth is None:
+        raise NoData("no depths in the report")
+    warmups = values(report, "warmup_steps")
+    if not warmups or warmups[0] <= 0:
+        raise NoData("F4 needs runs with warmup")
+    post, pre = depth_means(report, "post", depth), depth_means(report, "pre", depth)
+    v.threshold = f"post <= pre + {F4_TOL}"
+    return decide(v, post <= pre + F4_TOL, depth=depth, post=post, pre=pre, diff=post - pre)
+
+
+def early_update(row: dict, max_steps: int) -> float:
+    """Mean over seeds of each run's mean update/model over the logged steps 0 < s <=
+    EARLY_FRACTION * max_steps (step 0 is the reference itself)."""
+    means = []
+    for run in finished(row):
+        series = run_series(run["run_dir"], "update/model")
+        early = [y for s, y in series if 0 < s <= EARLY_FRACTION * max_steps]
+        if early:
+            means.append(statistics.fmean(early))
+    if len(means) < MIN_SEEDS:
+        raise too_few(row, len(means), "finished runs with update/model logged early")
+    return statistics.fmean(means)
+
+
+def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
+    depth = max(values(report, "n_layer"), default=None)
+    max_steps = settings.get("max_steps")
+    if depth is None or not max_steps:
+        raise NoData("no depths or max_steps")
+    post = early_update(variant(report, placement="post", n_layer=depth), max_steps)
+    deep = early_update(variant(report, placement="deepnorm", n_layer=depth), max_steps)
+    v.threshold = (
+        f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps)"
+    )
+    ratio = post / deep if deep > 0 else math.inf
+    return decide(v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio)
+
+
+# --- Placements at depth -------------------------------------------------------------------------
+def trains_deep(placement: str) -> Check:
+    """Claim check: ``placement`` trains at the deepest depth (F3's DEEP_OK rule)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depths = values(report, "n_layer")
+        if len(depths) < 2:
+            raise NoData(f"depths {depths}: need >= 2")
+        shallow = depth_means(report, placement, depths[0])
+        deep = depth_means(report, placement, depths[-1])
+        v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}"
+        return decide(
+            v,
+            deep - shallow <= DEEP_OK,
+            depths=[depths[0], depths[-1]],
+            shallowest=shallow,
+            deepest=deep,
+            gap=deep - shallow,
+        )
+
+    return check

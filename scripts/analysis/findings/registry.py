@@ -1,0 +1,223 @@
+"""The published claims each reproduction checks: every finding, its experiment, its claims and
+the check that decides each (the checks live in one module per family: init, depth, norms, lr).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scripts.analysis.findings.common import Check, NoData, Verdict
+from scripts.analysis.findings.depth import (
+    deep_others_train,
+    deep_post_fails,
+    f2_post_needs_warmup,
+    f2_pre_no_warmup,
+    post_update_jumps,
+    shallow_post_matches,
+    trains_deep,
+)
+from scripts.analysis.findings.init import (
+    f1_post_grad_flat,
+    f1_post_residual_flat,
+    f1_pre_grad_shrinks,
+    f1_pre_residual_grows,
+)
+from scripts.analysis.findings.lr import (
+    WORTSMAN,
+    f6_logit_grows,
+    f6_qk_bounded,
+    f6_qk_ends_better,
+    f6_qk_lowers_sensitivity,
+)
+from scripts.analysis.findings.norms import (
+    f7_batchnorm_degrades,
+    f7_token_norms_flat,
+    rmsnorm_matches,
+)
+
+XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    statement: str
+    source: str
+    check: Check
+
+
+@dataclass(frozen=True)
+class Figure:
+    """``python scripts/compare.py SWEEP --x <x> --y <ys>``, written as report/<name>."""
+
+    name: str
+    x: str
+    ys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    experiment: str  # conf/experiment/<experiment>.yaml; the GPU size is <experiment>_gpu
+    title: str
+    claims: tuple[Claim, ...]
+    kind: str = "train"  # the mode its runs use: train | init_probe
+    plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
+    figures: tuple[Figure, ...] = ()  # swept key vs results, drawn into the report as well
+
+
+DEPTH_CLAIMS = (
+    Claim("deep-post-fails", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
+    Claim("deep-others-train", "Pre-LN and DeepNorm train at every depth", WANG, deep_others_train),
+    Claim(
+        "update-jumps",
+        "Post-LN's model update is larger early than DeepNorm's",
+        WANG,
+        post_update_jumps,
+    ),
+)
+FINDINGS: dict[str, Finding] = {
+    "f1": Finding(
+        "f1_init",
+        "F1: gradients and residual norms at initialization vs depth",
+        (
+            Claim(
+                "F1a", "Post-LN last-layer FFN grad norm is flat in depth", XIONG, f1_post_grad_flat
+            ),
+            Claim(
+                "F1b",
+                "Pre-LN last-layer FFN grad norm shrinks with depth",
+                XIONG,
+                f1_pre_grad_shrinks,
+            ),
+            Claim(
+                "F1c", "Post-LN residual norm is flat across layers", XIONG, f1_post_residual_flat
+            ),
+            Claim("F1d", "Pre-LN residual norm grows across layers", XIONG, f1_pre_residual_grows),
+        ),
+        kind="init_probe",
+        plots=("grad_norm_init.png", "act_norm_init.png"),
+    ),
+    "f2": Finding(
+        "f2_warmup",
+        "F2: Post-LN needs learning-rate warmup, Pre-LN does not",
+        (
+            Claim(
+                "F2a", "Post-LN without warmup ends worse than with it", XIONG, f2_post_needs_warmup
+            ),
+            Claim("F2b", "Pre-LN without warmup ends as well as with it", XIONG, f2_pre_no_warmup),
+        ),
+    ),
+    "f3": Finding(
+        "f3_depth",
+        "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow Post-LN ends better",
+        (
+            *(
+                Claim(f"F3{c}", x.statement, x.source, x.check)
+                for c, x in zip("abc", DEPTH_CLAIMS, strict=True)
+            ),
+            Claim(
+                "F4",
+                "Shallow Post-LN with warmup ends at least as well as Pre-LN",
+                LIU,
+                shallow_post_matches,
+            ),
+        ),
+        plots=("best_val_vs_depth.png", "model_update.png"),
+    ),
+    "f5": Finding(
+        "f5_norms",
+        "F5: RMSNorm matches LayerNorm",
+        (
+            Claim(
+                "F5",
+                "RMSNorm's best val loss matches LayerNorm's",
+                "Zhang & Sennrich 2019",
+                rmsnorm_matches,
+            ),
+        ),
+    ),
+    "vit": Finding(
+        "vit_depth",
+        "ViT on digits: depth stability without warmup at a high learning rate",
+        tuple(
+            Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
+        ),
+        plots=("best_val_vs_depth.png", "model_update.png"),
+    ),
+    "f6": Finding(
+        "f6_lr_sensitivity",
+        "F6: attention logits at high learning rates, QK-norm and LR sensitivity",
+        (
+            Claim(
+                "F6a",
+                "Without QK-norm the max attention logit grows with the learning rate",
+                WORTSMAN,
+                f6_logit_grows,
+            ),
+            Claim(
+                "F6b", "With QK-norm the max attention logit stays bounded", WORTSMAN, f6_qk_bounded
+            ),
+            Claim(
+                "F6c",
+                "At the highest learning rates QK-norm ends with a lower loss",
+                WORTSMAN,
+                f6_qk_ends_better,
+            ),
+            Claim("F6d", "QK-norm lowers the LR sensitivity", WORTSMAN, f6_qk_lowers_sensitivity),
+        ),
+        plots=("loss_curves.png", "lr_sweep.png"),
+        figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),),
+    ),
+    "f7": Finding(
+        "f7_batch_stats",
+        "F7: BatchNorm depends on the batch size; LayerNorm and RMSNorm do not",
+        (
+            Claim(
+                "F7a",
+                "BatchNorm's accuracy drops at a small batch more than LayerNorm's and RMSNorm's",
+                "Ioffe & Szegedy 2015; Wu & He 2018",
+                f7_batchnorm_degrades,
+            ),
+            Claim(
+                "F7b",
+                "LayerNorm's and RMSNorm's accuracy do not depend on the batch size",
+                "Ba et al. 2016; Zhang & Sennrich 2019",
+                f7_token_norms_flat,
+            ),
+        ),
+        plots=("loss_curves.png", "acc_vs_batch.png"),
+        figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),),
+    ),
+    "placements": Finding(
+        "placements_depth",
+        "Placements at depth without warmup: which train deep",
+        (
+            Claim("P1", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
+            Claim("P2", "Pre-LN trains at the deepest depth", XIONG, trains_deep("pre")),
+            Claim("P3", "DeepNorm trains at the deepest depth", WANG, trains_deep("deepnorm")),
+            Claim(
+                "P4",
+                "Sandwich-LN trains at the deepest depth",
+                "Ding et al. 2021; Kim et al. 2025",
+                trains_deep("sandwich"),
+            ),
+        ),
+        plots=("best_val_vs_depth.png",),
+    ),
+}
+ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
+
+
+def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
+    """Every claim of ``finding`` decided on ``report``; ``settings``: the experiment's
+    ``reproduce`` node plus ``max_steps``."""
+    settings = settings or {}
+    out = []
+    for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
+        v = Verdict(claim.id, claim.statement, claim.source)
+        try:
+            v = claim.check(report, settings, v)
+        except NoData as err:
+            v.status, v.note = "NO DATA", str(err)
+        out.append(v)
+    return out

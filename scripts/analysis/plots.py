@@ -1,0 +1,283 @@
+"""A sweep report's figures: curves over training steps and per-layer norms at initialization.
+
+Every curve is one line per variant: the mean over its seeds with a band of ± one sample std
+(seeds interpolated onto the union of their logged steps; a run stops counting where its log
+ends, so a diverged run leaves the mean there and gets an x at its last point). Train loss is
+smoothed with a debiased exponential moving average whose time constant is written in the axis
+label; each run's raw points stay in the background, faint. The legend sits outside the data.
+Every figure is written only when its data exists; each maker returns its file name or None.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from scripts.analysis import xy  # noqa: E402
+from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
+from scripts.analysis.runs import Series  # noqa: E402
+from scripts.analysis.variants import Variant, label  # noqa: E402
+
+EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
+SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is
+
+
+def series_colors(labels: list[str]) -> dict[str, Any]:
+    cmap = plt.get_cmap("tab10")
+    return {name: cmap(i % 10) for i, name in enumerate(sorted(set(labels)))}
+
+
+def series_label(variant: Variant, fields: list[str]) -> str:
+    return label(variant.params, [f for f in fields if f != "n_layer"])
+
+
+# --- one variant's curve -------------------------------------------------------------------------
+def ema(points: Series, tau: float) -> Series:
+    """Debiased exponential moving average with a time constant of ``tau`` steps:
+    s(t_i) = sum_{j<=i} w_ij x_j / sum_{j<=i} w_ij,  w_ij = exp(-(t_i - t_j) / tau),
+    so uneven logging intervals weigh by elapsed steps and the first point is not pulled to 0."""
+    out, num, den, last = [], 0.0, 0.0, None
+    for step, value in points:
+        decay = math.exp(-(step - last) / tau) if last is not None else 0.0
+        num, den, last = decay * num + value, decay * den + 1.0, step
+        out.append((step, num / den))
+    return out
+
+
+def seed_band(series: list[Series], log: bool = False) -> tuple[np.ndarray, ...]:
+    """(steps, mean, std, n) over runs on the union of their steps; each run linearly
+    interpolated between its own first and last logged step and absent outside them. ``log``:
+    mean and std of log values, returned as geometric mean and the factor exp(std)."""
+    series = [s for s in series if s]
+    grid = np.array(sorted({step for s in series for step, _ in s}), dtype=float)
+    rows = np.full((len(series), len(grid)), np.nan)
+    for i, s in enumerate(series):
+        steps, values = (np.array(c, dtype=float) for c in zip(*s, strict=True))
+        values = np.log(values) if log else values
+        inside = (grid >= steps[0]) & (grid <= steps[-1])
+        rows[i, inside] = np.interp(grid[inside], steps, values)
+    n = (~np.isnan(rows)).sum(axis=0)
+    with warnings.catch_warnings():  # a step with one run has no std: 0 there
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(rows, axis=0)
+        std = np.where(n > 1, np.nanstd(rows, axis=0, ddof=1), 0.0)
+    return (grid, np.exp(mean), np.exp(std), n) if log else (grid, mean, std, n)
+
+
+def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool) -> int:
+    """Raw points faint, the (smoothed) seed mean with its ± std band, an x where a run
+    diverged. Returns how many runs it drew."""
+    raw = [r.metrics.get(metric, []) for r in runs]
+    raw = [[(s, y) for s, y in pts if y > 0] if log_y else pts for pts in raw]
+    if not any(raw):
+        return 0
+    for pts in raw:
+        if pts:
+            ax.plot(*zip(*pts, strict=True), ".", color=color, ms=2, alpha=0.2, zorder=1)
+    curves = [ema(pts, tau) if tau else pts for pts in raw]
+    steps, mean, std, _ = seed_band(curves, log=log_y)
+    low, high = (mean / std, mean * std) if log_y else (mean - std, mean + std)
+    ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0, zorder=2)
+    marker = "o" if len(steps) <= 30 and not tau else None
+    ax.plot(steps, mean, color=color, lw=1.6, marker=marker, ms=3, zorder=3)
+    for run, pts in zip(runs, curves, strict=True):
+        if run.status == "diverged" and pts and "loss" in metric:  # where it stopped
+            ax.plot(*pts[-1], "x", color=color, ms=8, mew=2, zorder=4)
+    return sum(1 for pts in raw if pts)
+
+
+def curve_label(metric: str, ylabel: str, tau: float | None, log_y: bool) -> str:
+    what = metric if ylabel in ("loss", metric) else f"{metric}: {ylabel}"
+    if tau:
+        return f"{what}\n(EMA, τ = {tau:g} steps)"
+    return f"{what}\n(geometric mean)" if log_y else what
+
+
+def legend_outside(fig: plt.Figure, colors: dict[str, Any], counts: dict[str, set], extra=()):
+    """One figure legend right of the panels: variants with their seed counts, band, marks."""
+
+    def seeds(name: str) -> str:
+        n = sorted(counts.get(name, {0}))
+        return f"{n[0]} seeds" if len(n) == 1 else f"{n[0]}-{n[-1]} seeds"
+
+    handles = [
+        Line2D([], [], color=c, lw=2, label=f"{name} ({seeds(name)})") for name, c in colors.items()
+    ]
+    handles += [Line2D([], [], color="gray", lw=6, alpha=0.25, label="± 1 std over seeds")]
+    handles += list(extra)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+
+
+# --- figures -------------------------------------------------------------------------------------
+def by_depth(variants: list[Variant]) -> dict[Any, list[Variant]]:
+    depths: dict[Any, list[Variant]] = {}
+    for v in sorted(variants, key=lambda v: depth_of(v.params)):
+        depths.setdefault(v.params.get("n_layer"), []).append(v)
+    return depths
+
+
+def time_constant(variants: list[Variant], metric: str) -> float | None:
+    if metric not in SMOOTHED:
+        return None
+    ends = [
+        pts[-1][0] - pts[0][0] for v in variants for r in v.runs if (pts := r.metrics.get(metric))
+    ]
+    return max(1.0, round(max(ends) / EMA_POINTS)) if ends else None
+
+
+def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -> str | None:
+    """Rows: metrics; columns: depths; one line (seed mean ± std) per variant."""
+    rows = [m for m in metrics if any(m in r.metrics for v in variants for r in v.runs)]
+    if not rows:
+        return None
+    depths = by_depth(variants)
+    colors = series_colors([series_label(v, fields) for v in variants])
+    size = (4.4 * len(depths) + 2.5, 3.2 * len(rows))
+    fig, axes = plt.subplots(
+        len(rows), len(depths), figsize=size, squeeze=False, layout="constrained"
+    )
+    counts, diverged = {}, False
+    for row, metric in enumerate(rows):
+        tau = time_constant(variants, metric)
+        for col, (depth, group) in enumerate(depths.items()):
+            ax = axes[row][col]
+            for v in group:
+                series = series_label(v, fields)
+                if drawn := draw_variant(ax, v.runs, metric, colors[series], tau, log_y):
+                    counts.setdefault(series, set()).add(drawn)
+                    diverged |= "loss" in metric and any(r.status == "diverged" for r in v.runs)
+            if log_y:
+                ax.set_yscale("log")
+            else:
+                clip_losses(ax, [r for v in group for r in v.runs], metric)
+            ax.set_title(f"{metric}, L={depth}" if depth is not None else metric, fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel(curve_label(metric, ylabel, tau, log_y), fontsize=8)
+            ax.grid(alpha=0.3)
+    extra = [Line2D([], [], ls="", marker="x", color="gray", mew=2, label="diverged here")]
+    legend_outside(fig, colors, counts, extra if diverged else ())
+    return xy.save(fig, out_dir, name)
+
+
+def clip_losses(ax, runs, metric: str) -> None:
+    """Cap the y range near the loss at init, so one diverged run does not flatten the rest."""
+    firsts = [r.metrics[metric][0][1] for r in runs if r.metrics.get(metric)]
+    lows = [min(y for _, y in r.metrics[metric]) for r in runs if r.metrics.get(metric)]
+    if firsts and lows and max(firsts) > min(lows):
+        span = max(firsts) - min(lows)
+        ax.set_ylim(min(lows) - 0.05 * span, max(firsts) + 0.15 * span)
+
+
+def plot_per_layer(
+    groups, key: str, ylabel: str, out_dir: Path, name: str, with_fc2: bool
+) -> str | None:
+    """One panel per series, one line (seed mean ± std) per depth over layer index; maybe the
+    last-FFN grad vs depth. The per-layer panels share one log y axis, so a flat profile looks
+    flat next to a growing one."""
+    fc2 = [g for g in groups if g["last_fc2"] is not None] if with_fc2 else []
+    groups = [g for g in groups if g[key]]
+    if not groups and not fc2:
+        return None
+    series = sorted({g["series"] for g in groups})
+    n_cols = len(series) + (1 if fc2 else 0)
+    size = (4.4 * n_cols + 1.5, 3.4)
+    fig, axes = plt.subplots(1, n_cols, figsize=size, squeeze=False, layout="constrained")
+    depths = sorted({depth_of(g["params"]) for g in groups})
+    cmap = plt.get_cmap("viridis")
+    shade = {d: cmap(0.9 * i / max(len(depths) - 1, 1)) for i, d in enumerate(depths)}
+    for i, (ax, name_) in enumerate(zip(axes[0], series, strict=False)):
+        if i:
+            ax.sharey(axes[0][0])
+        for g in (g for g in groups if g["series"] == name_):
+            color, mean = shade[depth_of(g["params"])], np.array(g[key])
+            std = np.array(g.get(f"{key}_std") or [0.0] * len(mean))[: len(mean)]
+            layers = np.arange(len(mean))
+            low = np.clip(mean - std, mean * 1e-3, None)  # a log axis: the band stays above 0
+            ax.fill_between(layers, low, mean + std, color=color, alpha=0.25, lw=0)
+            ax.plot(layers, mean, "o-", ms=3, color=color)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{name_} ({groups[0]['source']})", fontsize=9)
+        ax.set_xlabel("layer")
+        ax.set_ylabel(f"{ylabel}\nmean over seeds", fontsize=8)
+        ax.grid(alpha=0.3)
+    if series:
+        widen_log_range(axes[0][0])
+    handles = [Line2D([], [], color=shade[d], lw=2, label=f"L={d:g}") for d in depths]
+    handles += [Line2D([], [], color="gray", lw=6, alpha=0.25, label="± 1 std over seeds")]
+    if fc2:
+        handles += plot_fc2(axes[0][-1], fc2)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    return xy.save(fig, out_dir, name)
+
+
+def plot_fc2(ax, fc2: list[dict]) -> list[Line2D]:
+    """The last layer's FFN (fc2) grad norm at init against depth, one line per series;
+    returns the legend handles of its series."""
+    colors = series_colors([g["series"] for g in fc2])
+    handles = []
+    for name_ in sorted(colors):
+        pts = sorted((depth_of(g["params"]), g["last_fc2"]) for g in fc2 if g["series"] == name_)
+        handles += ax.plot(
+            *zip(*pts, strict=True), "o-", color=colors[name_], label=f"fc2: {name_}"
+        )
+    ax.set_xscale("log", base=2)
+    ticks = sorted({depth_of(g["params"]) for g in fc2})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_yscale("log")
+    widen_log_range(ax)
+    ax.set_title("last layer FFN (fc2) grad norm at init", fontsize=9)
+    ax.set_xlabel("depth (n_layer)")
+    ax.grid(alpha=0.3)
+    return handles
+
+
+def widen_log_range(ax, factor: float = 4.0) -> None:
+    """A log axis spans at least ``factor``: float noise on a flat line must not fill the panel."""
+    low, high = ax.get_ylim()
+    if low > 0 and high / low < factor:
+        mid = math.sqrt(low * high)
+        ax.set_ylim(mid / math.sqrt(factor), mid * math.sqrt(factor))
+
+
+def write_plots(
+    variants: list[Variant], fields: list[str], probes: list[Probe], out_dir: Path
+) -> list[str]:
+    """Every plot whose data exists; returns the file names written into ``out_dir``."""
+    groups = probe_groups(probes)
+    makers: list[Callable[[], str | None]] = [
+        lambda: plot_curves(
+            variants, fields, out_dir, ["train/loss", "val/loss"], "loss_curves.png", "loss"
+        ),
+        lambda: xy.plot_xy(
+            variants, fields, "n_layer", ["best_val_loss"], out_dir, "best_val_vs_depth.png"
+        ),
+        lambda: plot_per_layer(
+            groups, "grad_norm", "grad norm at init", out_dir, "grad_norm_init.png", True
+        ),
+        lambda: plot_per_layer(
+            groups, "act_norm", "residual norm at init", out_dir, "act_norm_init.png", False
+        ),
+        lambda: plot_curves(
+            variants,
+            fields,
+            out_dir,
+            ["update/model"],
+            "model_update.png",
+            "||F(x,θ_t) − F(x,θ_0)||",
+            log_y=True,
+        ),
+    ]
+    return [name for make in makers if (name := make())]

@@ -1,0 +1,176 @@
+"""Sweep dir -> report: ``python scripts/compare.py SWEEP_DIR [--out DIR]`` (scripts/compare.py).
+
+Finds every run below SWEEP_DIR (a dir holding summary.json, metrics.csv or .hydra/config.yaml),
+groups runs into variants by the config fields that vary across the sweep (never the seed), and
+writes into SWEEP_DIR/report/: report.md (one table row per variant: mean ± std over seeds),
+report.json (the same, machine-readable) and PNG plots of whatever data the runs logged.
+Unreadable files cost one warning line each, never the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from scripts.analysis import probes, xy
+from scripts.analysis.plots import write_plots
+from scripts.analysis.runs import (
+    CANONICAL,
+    Run,
+    Warnings,
+    first_present,
+    load_runs,
+    read_yaml_flat,
+)
+from scripts.analysis.variants import group_variants, variant_fields
+
+
+# --- wandb -------------------------------------------------------------------------------------
+def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
+    """The wandb group of each run, most common first (train.py's rule, read back from disk)."""
+    found = Counter()
+    for run in runs:
+        group = first_present([run.summary], ("wandb_group", "group", "experiment"))
+        group = group or first_present([run.config], ("group", "logger.wandb.group"))
+        if not group:
+            hydra = read_yaml_flat(run.path / ".hydra/hydra.yaml", Warnings(), resolve=False)
+            group = hydra.get("hydra.runtime.choices.experiment")
+            if not group and hydra.get("hydra.mode") == "MULTIRUN":
+                out = hydra.get("hydra.runtime.output_dir")
+                parent = Path(str(out)).parent if out and "${" not in str(out) else sweep_dir
+                group = "sweep-" + "-".join(parent.parts[-2:])
+        if group and "${" not in str(group):
+            found[str(group)] += 1
+    return [g for g, _ in found.most_common()] or [sweep_dir.resolve().name]
+
+
+def wandb_sync_pattern(sweep_dir: Path) -> str | None:
+    """One shell glob covering the sweep's offline wandb runs, or None if there are none."""
+    dirs = [p for p in sweep_dir.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb"]
+    if not dirs:
+        return None
+    parts = [p.relative_to(sweep_dir).parts for p in dirs]
+    if len({len(p) for p in parts}) > 1:
+        return str(sweep_dir / "**" / "wandb" / "offline-run-*")
+    glob = [c[0] if len(set(c)) == 1 else "*" for c in zip(*parts, strict=True)]
+    glob[-1] = "offline-run-*"
+    return str(sweep_dir.joinpath(*glob))
+
+
+# --- report ------------------------------------------------------------------------------------
+def fmt_stat(stat: dict[str, Any] | None, digits: int = 4, n_all: int | None = None) -> str:
+    if not stat:
+        return "–"
+    text = f"{stat['mean']:.{digits}f}"
+    if stat["std"] is not None:
+        text += f" ± {stat['std']:.{digits}f}"
+    if n_all is not None and stat["n"] != n_all:
+        text += f" (n={stat['n']})"
+    return text
+
+
+def fmt_throughput(stat: dict[str, Any] | None, unit: str) -> str:
+    if not stat:
+        return "–"
+    return f"{stat['mean']:,.0f} {'tok/s' if unit == 'tokens_per_s' else 'samples/s'}"
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    rows = report["variants"]
+    extra = [f for f in report["variant_fields"] if f not in CANONICAL]
+    has_acc = any(r["best_val_acc"] for r in rows)
+    head = ["model", "placement", "norm", "depth", "lr", "warmup", *extra, "seeds", "status"]
+    head += ["best val loss", "final val loss", *(["best val acc"] if has_acc else [])]
+    head += ["diverged at step", "throughput"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        p, n = r["params"], r["n_runs"]
+        cells = [p["model"], p["placement"], p["norm"], p["n_layer"], p["lr"], p["warmup_steps"]]
+        cells += [p.get(f) for f in extra]
+        cells += [
+            ",".join(map(str, r["seeds"])),
+            ", ".join(f"{v} {k}" for k, v in r["status_counts"].items()),
+        ]
+        cells += [fmt_stat(r["best_val_loss"], n_all=n), fmt_stat(r["final_val_loss"], n_all=n)]
+        cells += [fmt_stat(r["best_val_acc"], 3, n)] if has_acc else []
+        cells += [", ".join(map(str, r["diverged_at_steps"])) or "–"]
+        cells += [fmt_throughput(r["throughput"], r["throughput_unit"])]
+        lines.append("| " + " | ".join("–" if c is None else str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    out = [f"# Sweep report: {report['sweep_dir']}", ""]
+    out.append(
+        f"{report['n_runs']} runs in {len(report['variants'])} variants; wandb group "
+        f"`{', '.join(report['wandb_groups'])}`."
+    )
+    out += [
+        "Loss and accuracy: mean ± sample std over the completed runs (n shown when fewer "
+        "than the variant's runs).",
+        "",
+        markdown_table(report),
+        "",
+    ]
+    out += [f"![{name}]({name})\n" for name in report["plots"]]
+    if report["wandb_sync"]:
+        out += [f"Upload the offline wandb runs: `wandb sync {report['wandb_sync']}`", ""]
+    if report["warnings"]:
+        out += ["## Warnings", "", *(f"- {w}" for w in report["warnings"]), ""]
+    return "\n".join(out)
+
+
+def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = True) -> dict:
+    """Load every run below ``sweep_dir``, write report.md/report.json/plots; return the report."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SystemExit(f"compare: {sweep_dir} is not a directory; pass a sweep or run dir")
+    out_dir = Path(out) if out else sweep_dir / "report"
+    runs, warn = load_runs(sweep_dir, skip=out_dir)
+    fields = variant_fields(runs)
+    variants = group_variants(runs, fields)
+    found = probes.load_probes(sweep_dir, runs, fields, warn, skip=out_dir)
+    if not runs and not found:
+        raise SystemExit(
+            f"compare: no runs under {sweep_dir} (no summary.json, metrics.csv, "
+            ".hydra/config.yaml or probe.json); pass a sweep dir such as multirun/<date>/<time>"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = {
+        "sweep_dir": str(sweep_dir),
+        "n_runs": len(runs),
+        "variant_fields": fields,
+        "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [sweep_dir.resolve().name],
+        "wandb_sync": wandb_sync_pattern(sweep_dir),
+        "variants": [v.row() for v in variants],
+        "init_probe": probes.probe_groups(found),
+        "plots": write_plots(variants, fields, found, out_dir) if plots else [],
+        "warnings": list(warn),
+    }
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out_dir / "report.md").write_text(markdown(report))
+    return report
+
+
+def xy_figure(
+    sweep_dir: str | Path, x: str, ys: list[str], out: str | Path | None = None, name=None
+) -> Path:
+    """``ys`` against swept key ``x`` (scripts/analysis/xy.py) into the report dir; its path.
+    A key the sweep does not vary, or a y no run has, ends in one line (SystemExit)."""
+    sweep_dir = Path(sweep_dir)
+    out_dir = Path(out) if out else sweep_dir / "report"
+    runs, _ = load_runs(sweep_dir, skip=out_dir)
+    fields = variant_fields(runs)
+    variants = group_variants(runs, fields)
+    try:
+        written = xy.plot_xy(variants, fields, xy.resolve_key(x, variants), ys, out_dir, name)
+    except ValueError as err:
+        raise SystemExit(f"compare: {err}") from None
+    if written is None:
+        raise SystemExit(
+            f"compare: no run has {','.join(ys)}; pass a summary field such as best_val_loss "
+            "or how:metric such as max:attn/max_logit"
+        )
+    return out_dir / written

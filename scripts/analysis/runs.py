@@ -1,0 +1,301 @@
+"""Reading run dirs: the leaf every other analysis module imports (it imports none of them).
+
+A run dir holds any of summary.json (status and results), metrics.csv (Lightning's CSVLogger,
+one sparse row per logged step), .hydra/config.yaml (the composed config) and probe.json (the
+init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
+
+Shared definitions live here once: the statuses a run can end in (FINISHED), the one dict
+flattener, the one summary reader and the one log-log slope fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# A run that ran to its end: completed, or stopped by the divergence check. A failed run (config
+# error, crash) is neither: it says nothing about the variant.
+FINISHED = ("completed", "diverged")
+UNFINISHED = "unfinished"
+
+# Fields every table row shows, in this order, and where a config keeps them.
+CANONICAL: dict[str, tuple[str, ...]] = {
+    "model": ("model.name",),
+    "placement": ("placement.name", "model.placement"),
+    "norm": ("norm.name", "model.norm"),
+    "n_layer": ("model.n_layer",),
+    "n_embd": ("model.n_embd",),
+    "lr": ("optim.lr",),
+    "warmup_steps": ("optim.warmup_steps",),
+}
+# Config keys that name or place one run rather than describe a variant.
+PER_RUN_KEYS = {"seed", "name", "group", "run_dir", "ckpt_path"}
+# Result fields: summary.json first, else derived from metrics.csv as (metric, reduction).
+RESULTS: dict[str, tuple[str, str]] = {
+    "best_val_loss": ("val/loss", "min"),
+    "final_val_loss": ("val/loss", "last"),
+    "final_train_loss": ("train/loss", "last"),
+    "best_val_acc": ("val/acc", "max"),
+    "tokens_per_s": ("throughput/tokens_per_s", "mean"),
+    "samples_per_s": ("throughput/samples_per_s", "mean"),
+}
+RUN_FIELDS = ("status", "steps", "diverged_at_step", *RESULTS, "wall_s")
+SKIP_DIRS = {"wandb", ".hydra", "__pycache__", "report", "checkpoints", "lightning_logs"}
+
+Series = list[tuple[int, float]]  # (optimizer step, value), finite values only
+
+
+class Warnings(list):
+    """Collects one-line warnings and echoes each to stderr (``quiet``: collect only)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        super().__init__()
+        self.quiet = quiet
+
+    def add(self, path: Path | str, reason: str) -> None:
+        line = f"{path}: {reason}"
+        self.append(line)
+        if not self.quiet:
+            print(f"compare: warning: {line}", file=sys.stderr)
+
+
+# --- values --------------------------------------------------------------------------------------
+def finite(value: Any) -> float | None:
+    """A finite number, else None (JSON has no NaN; a diverged loss is no result)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def first_present(sources: Iterable[dict], keys: Iterable[str]) -> Any:
+    for source in sources:
+        for key in keys:
+            if source.get(key) is not None:
+                return source[key]
+    return None
+
+
+def flatten(
+    node: dict, sep: str = ".", leaf: Callable[[dict], bool] = lambda d: False, prefix: str = ""
+) -> dict[str, Any]:
+    """Nested dicts as {"a.b.c": value}; a dict for which ``leaf`` is true stays one value."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and not leaf(value):
+            out.update(flatten(value, sep, leaf, name + sep))
+        else:
+            out[name] = value
+    return out
+
+
+def freeze(value: Any) -> Any:
+    """Lists become tuples (nested too) so values stay hashable for grouping."""
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    return value
+
+
+def log_slope(xs: Iterable[float], ys: Iterable[float]) -> float:
+    """Least-squares slope b of log y = a + b log x (y ~ x^b)."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
+        (a - mx) ** 2 for a in lx
+    )
+
+
+# --- files ---------------------------------------------------------------------------------------
+def read_json(path: Path, warn: Warnings, effect: str = "ignored", types: tuple = (dict,)) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError) as err:
+        warn.add(path, f"unreadable JSON ({type(err).__name__}); {effect}")
+        return None
+    if not isinstance(data, types):
+        warn.add(path, f"not a JSON {' or '.join(t.__name__ for t in types)}; {effect}")
+        return None
+    return data
+
+
+def read_summary(run_dir: Path, warn: Warnings | None = None) -> dict[str, Any] | None:
+    """A run's summary.json: None when there is none (running, or killed before writing it),
+    {} when it cannot be read (being written, or cut); the run then counts as unfinished."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    warn = Warnings(quiet=True) if warn is None else warn  # an empty Warnings is falsy
+    summary = read_json(path, warn, f"run counted as {UNFINISHED}")
+    return summary or {}
+
+
+def status_of(summary: dict[str, Any] | None) -> str:
+    return str((summary or {}).get("status") or UNFINISHED)
+
+
+def read_yaml_flat(path: Path, warn: Warnings, resolve: bool = True) -> dict[str, Any]:
+    """A YAML file as {dotted.key: value}; interpolations resolved where they can be."""
+    if not path.is_file():
+        return {}
+    from omegaconf import OmegaConf  # deferred: only runs with configs need it
+
+    try:
+        conf = OmegaConf.load(path)
+        raw = OmegaConf.to_container(conf, resolve=False)
+    except Exception as err:  # noqa: BLE001 - any parse failure is one warning
+        warn.add(path, f"unreadable YAML ({type(err).__name__}); ignored")
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    flat = {k: freeze(v) for k, v in flatten(raw).items()}
+    for key, value in flat.items():
+        # ${hydra:...} and the like cannot resolve outside Hydra: keep the raw text.
+        if resolve and isinstance(value, str) and "${" in value:
+            resolved = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
+            if resolved is not None and not OmegaConf.is_config(resolved):
+                flat[key] = resolved
+    return flat
+
+
+def to_float(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def read_metrics(path: Path, warn: Warnings) -> dict[str, Series]:
+    """Lightning CSVLogger file -> {metric: [(step, value)]}; empty cells are skipped."""
+    if not path.is_file():
+        return {}
+    try:
+        with path.open(newline="", errors="replace") as f:
+            rows = list(csv.reader(f))
+    except (OSError, csv.Error) as err:
+        warn.add(path, f"unreadable CSV ({type(err).__name__}); ignored")
+        return {}
+    if not rows or not rows[0]:
+        warn.add(path, "empty metrics file; ignored")
+        return {}
+    header, series = rows[0], {}
+    step_col = header.index("step") if "step" in header else None
+    for i, row in enumerate(rows[1:]):
+        step = to_float(row[step_col]) if step_col is not None and step_col < len(row) else i
+        if step is None:
+            continue
+        for name, cell in zip(header, row, strict=False):
+            value = to_float(cell)
+            if name not in ("step", "epoch") and value is not None and math.isfinite(value):
+                series.setdefault(name, []).append((int(step), value))
+    for values in series.values():
+        values.sort(key=lambda sv: sv[0])
+    return series
+
+
+def find_metrics_file(run_dir: Path) -> Path:
+    direct = run_dir / "metrics.csv"
+    if direct.is_file():
+        return direct
+    nested = [p for p in run_dir.rglob("metrics.csv") if "wandb" not in p.parts]
+    return min(nested, key=lambda p: len(p.parts)) if nested else direct
+
+
+def run_series(run_dir: str | Path, metric: str) -> Series:
+    """One metric of one run, read from its metrics.csv (silently empty when absent)."""
+    path = find_metrics_file(Path(run_dir))
+    return read_metrics(path, Warnings(quiet=True)).get(metric, [])
+
+
+# --- runs ----------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    path: Path
+    summary: dict[str, Any]
+    config: dict[str, Any]  # flattened, dotted keys
+    metrics: dict[str, Series]
+    params: dict[str, Any] = field(default_factory=dict)  # canonical + config fields, no seed
+
+    @property
+    def status(self) -> str:
+        return status_of(self.summary)
+
+    @property
+    def seed(self) -> Any:
+        return first_present([self.summary, self.config], ("seed",))
+
+    def result(self, name: str) -> float | None:
+        """A result from summary.json, else reduced from metrics.csv."""
+        value = finite(self.summary.get(name))
+        if value is None and name in RESULTS:
+            metric, how = RESULTS[name]
+            values = [v for _, v in self.metrics.get(metric, [])]
+            if values:
+                reduce = {"min": min, "max": max, "last": lambda x: x[-1]}
+                value = reduce.get(how, statistics.fmean)(values)
+        if value is None and name == "steps":
+            steps = [s for series in self.metrics.values() for s, _ in series]
+            value = max(steps) if steps else None
+        return value
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((path / f).is_file() for f in ("summary.json", "metrics.csv", ".hydra/config.yaml"))
+
+
+def find_run_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
+    """Run dirs at any depth; a run dir's own subdirs are not searched for more runs."""
+    found, stack, skip = [], [sweep_dir], skip.resolve() if skip else None
+    while stack:
+        path = stack.pop()
+        if is_run_dir(path):
+            found.append(path)
+            continue
+        for child in sorted(path.iterdir(), reverse=True):
+            if child.is_dir() and child.name not in SKIP_DIRS and child.resolve() != skip:
+                stack.append(child)
+    return sorted(found)
+
+
+def load_run(run_dir: Path, warn: Warnings) -> Run | None:
+    summary = read_summary(run_dir, warn)
+    config = read_yaml_flat(run_dir / ".hydra/config.yaml", warn)
+    metrics = read_metrics(find_metrics_file(run_dir), warn)
+    if not (summary or config or metrics):
+        warn.add(run_dir, "nothing readable in this run dir; skipped")
+        return None
+    if summary is None:
+        warn.add(run_dir, f"no summary.json (running, or killed); counted as {UNFINISHED}")
+    elif summary and not summary.get("status"):
+        warn.add(run_dir / "summary.json", f"no status field; counted as {UNFINISHED}")
+    run = Run(run_dir, summary or {}, config, metrics)
+    run.params = run_params(run)
+    return run
+
+
+def run_params(run: Run) -> dict[str, Any]:
+    """Canonical fields (summary first, then config) plus every other config field."""
+    params = {
+        k: first_present([run.summary, run.config], (k, *keys)) for k, keys in CANONICAL.items()
+    }
+    used = {key for keys in CANONICAL.values() for key in keys}
+    for key, value in run.config.items():
+        if key not in used and key not in PER_RUN_KEYS and not key.endswith(".seed"):
+            params[key] = value
+    return params
+
+
+def load_runs(sweep_dir: Path, skip: Path | None = None) -> tuple[list[Run], Warnings]:
+    warn = Warnings()
+    runs = [r for d in find_run_dirs(sweep_dir, skip) if (r := load_run(d, warn))]
+    return runs, warn

@@ -1,0 +1,129 @@
+"""Runs -> variants: the runs of a sweep grouped by the config fields that vary across it (never
+the seed), with mean ± sample std over seeds of each result.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from scripts.analysis.runs import CANONICAL, RUN_FIELDS, Run, finite
+
+
+def sort_key(value: Any) -> tuple:
+    """Orders None, numbers and strings together without comparing across types."""
+    if value is None:
+        return (0, 0, "")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (1, value, "")
+    return (2, 0, str(value))
+
+
+def partition(runs: list[Run], fields: list[str]) -> dict[tuple, list[Run]]:
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.params.get(f) for f in fields), []).append(run)
+    return groups
+
+
+def seed_collisions(runs: list[Run], fields: list[str]) -> int:
+    """Runs sharing a seed with another run of their group: those groups merge variants."""
+    return sum(
+        n - 1 for g in partition(runs, fields).values() for n in Counter(r.seed for r in g).values()
+    )
+
+
+def variant_fields(runs: list[Run]) -> list[str]:
+    """The fields that tell variants apart: canonical ones that vary, plus the fewest others.
+
+    Seed-derived fields (a run name ending in -s0) vary too, so other fields join only while some
+    group still holds two runs with one seed; each time the field giving the coarsest split wins.
+    """
+    keys = sorted({k for r in runs for k in r.params})
+    varying = [k for k in keys if len({r.params.get(k) for r in runs}) > 1]
+    chosen = [k for k in CANONICAL if k in varying]
+    others = [k for k in varying if k not in chosen]
+    while others and (clash := seed_collisions(runs, chosen)):
+        best = min(
+            others,
+            key=lambda k: (
+                seed_collisions(runs, [*chosen, k]) >= clash,
+                len(partition(runs, [*chosen, k])),
+                k,
+            ),
+        )
+        if seed_collisions(runs, [*chosen, best]) >= clash:
+            break
+        chosen.append(best)
+        others.remove(best)
+    return chosen
+
+
+def stats(values: Iterable[float | None]) -> dict[str, Any] | None:
+    """Mean, sample std (None for one value) and n over the finite values; None if none."""
+    vals = [v for v in values if finite(v) is not None]
+    if not vals:
+        return None
+    std = statistics.stdev(vals) if len(vals) > 1 else None
+    return {"mean": statistics.fmean(vals), "std": std, "n": len(vals), "values": vals}
+
+
+def label(params: dict[str, Any], fields: Iterable[str]) -> str:
+    short = {"n_layer": "L", "warmup_steps": "warmup"}
+    parts = [f"{short.get(f, f.split('.')[-1])}={params.get(f)}" for f in fields]
+    return " ".join(parts) or "all runs"
+
+
+@dataclass
+class Variant:
+    params: dict[str, Any]  # the canonical fields plus the variant fields
+    runs: list[Run]
+    label: str
+
+    def row(self) -> dict[str, Any]:
+        """This variant's report.json entry; loss and acc stats over completed runs only."""
+        done = [r for r in self.runs if r.status == "completed"]
+        unit = (
+            "tokens_per_s" if any(r.result("tokens_per_s") for r in self.runs) else "samples_per_s"
+        )
+        acc = stats(r.result("best_val_acc") for r in done)
+        return {
+            "label": self.label,
+            "params": self.params,
+            "seeds": sorted({r.seed for r in self.runs}, key=sort_key),
+            "n_runs": len(self.runs),
+            "status_counts": dict(sorted(Counter(r.status for r in self.runs).items())),
+            "best_val_loss": stats(r.result("best_val_loss") for r in done),
+            "final_val_loss": stats(r.result("final_val_loss") for r in done),
+            "final_train_loss": stats(r.result("final_train_loss") for r in done),
+            "best_val_acc": acc,
+            "diverged_at_steps": sorted(
+                (r.summary.get("diverged_at_step") for r in self.runs if r.status == "diverged"),
+                key=sort_key,
+            ),
+            "throughput": stats(r.result(unit) for r in self.runs),
+            "throughput_unit": unit,
+            "runs": [run_record(r) for r in sorted(self.runs, key=lambda r: sort_key(r.seed))],
+        }
+
+
+def run_record(run: Run) -> dict[str, Any]:
+    record = {"run_dir": str(run.path), "seed": run.seed, "status": run.status}
+    for name in RUN_FIELDS[1:]:
+        record[name] = run.result(name) if name != "diverged_at_step" else run.summary.get(name)
+    if run.summary.get("error"):
+        record["error"] = run.summary["error"]
+    return record
+
+
+def group_variants(runs: list[Run], fields: list[str]) -> list[Variant]:
+    shown = [*CANONICAL, *(f for f in fields if f not in CANONICAL)]
+    variants = []
+    ordered = sorted(partition(runs, fields).items(), key=lambda kv: [sort_key(v) for v in kv[0]])
+    for _, group in ordered:
+        params = {f: group[0].params.get(f) for f in shown}
+        variants.append(Variant(params, group, label(params, fields)))
+    return variants

@@ -1,0 +1,92 @@
+"""Generate text from a trained GPT run: the checkpoint describes its model, vocab.json its chars.
+
+    python -m scripts.sample outputs/2026-12-01/12-00-00 --prompt "The class" --tokens 200
+    python -m scripts.sample <run_dir> --temperature 0.8 --top-k 20 --seed 1
+
+Sampling is autoregressive over the model's context (the last block_size tokens), with the
+logits divided by the temperature and, with --top-k, all but the k largest set to -inf. The same
+seed gives the same text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file: make the project root importable
+    sys.path.insert(0, str(ROOT))
+
+from data.text import load_vocab  # noqa: E402
+from models.gpt import GPT  # noqa: E402
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: torch.Tensor,
+    tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``idx`` (B, T) followed by ``tokens`` sampled tokens: (B, T + tokens)."""
+    model.eval()
+    for _ in range(tokens):
+        context = idx[:, -model.cfg.block_size :]  # (B, <=block_size)
+        logits, _ = model(context)
+        logits = logits[:, -1, :] / max(temperature, 1e-8)  # (B, V)
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (B, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+def load_run(run_dir: Path) -> GPT:
+    """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
+    from training.task import LanguageModelTask
+
+    path = run_dir / "last.ckpt"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} does not exist; pass a finished GPT run's directory")
+    return LanguageModelTask.load_from_checkpoint(path, map_location="cpu").model
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--prompt", default="\n")
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.tokens < 0 or args.temperature <= 0 or (args.top_k is not None and args.top_k < 1):
+        p.error("--tokens must be >= 0, --temperature > 0 and --top-k >= 1")
+    vocab_path = args.run_dir / "vocab.json"
+    if not vocab_path.is_file():
+        raise SystemExit(f"error: {vocab_path} does not exist; sample needs a GPT run's dir")
+    vocab = load_vocab(vocab_path)
+    model = load_run(args.run_dir)
+    prompt = vocab.encode(args.prompt or "\n")[None, :]  # (1, T)
+    out = generate(
+        model,
+        prompt,
+        args.tokens,
+        args.temperature,
+        args.top_k,
+        torch.Generator().manual_seed(args.seed),
+    )
+    text = vocab.decode(out[0])
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Claims decided on report.json pieces with known numbers (scripts/analysis/findings): the rules
+every check shares (only completed and diverged runs count), F1 (init probe), F5 and F7 (norms),
+F6 (learning rates and QK-norm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts.analysis.findings import evaluate
+from scripts.analysis.findings.lr import sensitivity
+from tests.reports import FAILED, by_id, row
+
+
+# --- which runs count -----------------------------------------------------------------------------
+def f2_report(pre_off: list, pre_on: list, post_off: list | None = None) -> dict:
+    rows = [row(pre_off, placement="pre", lr=1e-3, warmup_steps=0)]
+    rows += [row(pre_on, placement="pre", lr=1e-3, warmup_steps=100)]
+    rows += [row(post_off or [3.0, 3.0], placement="post", lr=1e-3, warmup_steps=0)]
+    rows += [row([2.5, 2.5], placement="post", lr=1e-3, warmup_steps=100)]
+    return {"variants": rows}
+
+
+def test_a_failed_run_is_not_a_diverged_run() -> None:
+    """Runs that failed (a config error) once scored +inf like a divergence: Pre-LN with warmup
+    "diverged" and F2b passed. A failed run is left out; a diverged one still scores +inf."""
+    settings = {"ref_lr": 1e-3}
+    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [FAILED, FAILED]), settings))
+    assert v["F2b"].status == "NO DATA" and not v["F2b"].measured
+    assert "0 completed or diverged runs (2 failed left out), need >= 2" in v["F2b"].note
+    # Post-LN without warmup failed: F2a may not read that as "ends worse".
+    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [2.5, 2.5], [FAILED, FAILED]), settings))
+    assert v["F2a"].status == "NO DATA" and v["F2b"].status == "PASS"
+    # A diverged run is a result: +inf, the variant as bad as its worst seed.
+    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [2.5, None]), settings))
+    assert v["F2b"].status == "PASS" and v["F2b"].measured["pre_warmup"] == "inf (diverged)"
+
+
+def test_verdicts_use_the_completed_and_diverged_runs_of_a_variant() -> None:
+    settings = {"ref_lr": 1e-3}
+    # One seed failed: the mean is over the two that completed, and it is still a verdict.
+    v = by_id(evaluate("f2", f2_report([2.5, FAILED, 2.7], [2.5, 2.5]), settings))
+    assert v["F2b"].status == "FAIL" and v["F2b"].measured["pre_no_warmup"] == pytest.approx(2.6)
+    # One completed, one failed: fewer than 2 seeds, NO DATA.
+    v = by_id(evaluate("f2", f2_report([2.5, FAILED], [2.5, 2.5]), settings))
+    assert v["F2b"].status == "NO DATA" and "1 failed left out" in v["F2b"].note
+
+
+def test_failed_runs_count_nowhere_in_f5_f7() -> None:
+    f5 = {
+        "variants": [
+            row([2.50, 2.52], placement="pre", norm="layernorm"),
+            row([FAILED, FAILED], placement="pre", norm="rmsnorm"),
+        ]
+    }
+    assert evaluate("f5", f5)[0].status == "NO DATA"
+    # A failed BatchNorm seed at batch 4 is not an accuracy of 0 (a diverged one is).
+    flat = {4: [0.97, 0.97], 64: [0.97, 0.97]}
+    bn = {4: [FAILED, 0.96, 0.96], 64: [0.97, 0.97]}
+    v = by_id(evaluate("f7", f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})))
+    assert v["F7a"].status == "FAIL" and v["F7a"].measured["batchnorm_drop"] == pytest.approx(0.01)
+
+
+# --- F1: init probe ------------------------------------------------------------------------------
+def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict:
+    """init_probe groups with last_fc2 = c * L**slope and act_norm rising by pre_growth."""
+    groups = []
+    for placement, slope, growth in (("post", post_slope, 1.0), ("pre", pre_slope, pre_growth)):
+        for depth in (6, 12, 24, 48):
+            act = [1.0 + (growth - 1.0) * i / (depth - 1) for i in range(depth)]
+            params = {"placement": placement, "n_layer": depth}
+            groups.append({"params": params, "last_fc2": 0.2 * depth**slope, "act_norm": act})
+    return {"variants": [], "init_probe": groups}
+
+
+def test_f1_pass_and_fail() -> None:
+    good = evaluate("f1", probe_report(0.05, -0.5, 7.0))
+    assert [v.status for v in good] == ["PASS"] * 4
+    assert good[0].measured["slope"] == pytest.approx(0.05, abs=1e-4)
+    assert good[1].measured["slope"] == pytest.approx(-0.5, abs=1e-4)
+    assert good[3].measured["ratio"] == pytest.approx(7.0)
+    bad = evaluate("f1", probe_report(0.2, -0.25, 1.5))
+    assert [v.status for v in bad] == ["FAIL", "FAIL", "PASS", "FAIL"]
+    assert [v.status for v in evaluate("f1", {"variants": []})] == ["NO DATA"] * 4
+
+
+# --- F5, F7: norms -------------------------------------------------------------------------------
+def test_f5_tolerance() -> None:
+    def report(rms: list) -> dict:
+        rows = [
+            row([2.50, 2.52], placement="pre", norm="layernorm"),
+            row(rms, placement="pre", norm="rmsnorm"),
+        ]
+        return {"variants": rows}
+
+    assert evaluate("f5", report([2.53, 2.55]))[0].status == "PASS"  # 0.03 apart
+    v = evaluate("f5", report([2.58, 2.60]))[0]  # 0.08 apart
+    assert v.status == "FAIL" and v.measured["pre_diff"] == pytest.approx(0.08)
+
+
+def f7_report(accs: dict[str, dict[int, list[float | None]]]) -> dict:
+    return {
+        "variants": [
+            row(per_seed, {"norm": norm, "data.batch_size": batch}, "best_val_acc")
+            for norm, by_batch in accs.items()
+            for batch, per_seed in by_batch.items()
+        ]
+    }
+
+
+def test_f7_pass_and_fail() -> None:
+    flat = {4: [0.965, 0.965], 16: [0.97, 0.97], 64: [0.97, 0.97]}
+    bn = {4: [0.89, 0.91], 16: [0.95, 0.95], 64: [0.97, 0.97]}
+    good = f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})
+    v = by_id(evaluate("f7", good))
+    assert v["F7a"].status == v["F7b"].status == "PASS"
+    assert v["F7a"].measured["batchnorm_drop"] == pytest.approx(0.07)
+    assert v["F7a"].measured["gap"] == pytest.approx(0.07 - 0.005)
+    assert v["F7b"].measured["layernorm_spread"] == pytest.approx(0.005)
+
+    # BatchNorm drops 0.01 while LayerNorm drops 0.05: both claims fail.
+    bad = f7_report(
+        {
+            "batchnorm": {4: [0.96, 0.96], 16: [0.97, 0.97], 64: [0.97, 0.97]},
+            "layernorm": {4: [0.92, 0.92], 16: [0.96, 0.96], 64: [0.97, 0.97]},
+            "rmsnorm": flat,
+        }
+    )
+    assert [x.status for x in evaluate("f7", bad)] == ["FAIL", "FAIL"]
+
+    # A diverged BatchNorm seed at batch 4 scores 0: a drop no noise explains.
+    ends = {4: flat[4], 64: flat[64]}
+    diverged = f7_report(
+        {"batchnorm": {4: [None, 0.96], 64: [0.97, 0.97]}, "layernorm": ends, "rmsnorm": ends}
+    )
+    assert by_id(evaluate("f7", diverged))["F7a"].status == "PASS"
+    assert {x.status for x in evaluate("f7", {"variants": []})} == {"NO DATA"}
+
+
+# --- F6: learning rates and QK-norm --------------------------------------------------------------
+def write_run(path: Path, l0: float, logits: list[float]) -> str:
+    """A run dir whose metrics.csv logs train/loss l0 at step 0 and attn/max_logit every 10."""
+    path.mkdir(parents=True)
+    rows = ["step,train/loss,attn/max_logit"]
+    rows += [f"{10 * i},{l0 if i == 0 else ''},{x}" for i, x in enumerate(logits)]
+    (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def f6_row(tmp: Path, lr: float, qk: bool, finals: list[float | None], peak: float) -> dict:
+    """One variant; final None = a diverged run; each run's logits rise to ``peak``."""
+    runs = []
+    for seed, final in enumerate(finals):
+        run_dir = write_run(tmp / f"{lr}-{qk}-{seed}", 4.6, [peak / 4, peak, peak / 2])
+        status = "diverged" if final is None else "completed"
+        runs.append({"run_dir": run_dir, "seed": seed, "status": status, "final_val_loss": final})
+    return {"label": f"lr={lr} qk={qk}", "params": {"lr": lr, "model.qk_norm": qk}, "runs": runs}
+
+
+def f6_report(tmp: Path, arms: dict[bool, dict[float, tuple[list, float]]]) -> dict:
+    rows = [
+        f6_row(tmp, lr, qk, finals, peak)
+        for qk, curve in arms.items()
+        for lr, (finals, peak) in curve.items()
+    ]
+    return {"variants": rows}
+
+
+def test_lr_sensitivity_is_wortsmans_definition() -> None:
+    # mean over lrs of (loss - best loss): (1.0 + 0 + 0.5) / 3
+    assert sensitivity({1e-3: 3.0, 1e-2: 2.0, 1e-1: 2.5}) == pytest.approx(0.5)
+    assert sensitivity({1e-3: 2.0, 1e-2: 2.0}) == 0.0
+
+
+def test_f6_pass_and_fail(tmp_path: Path) -> None:
+    good = f6_report(
+        tmp_path / "good",
+        {
+            # 1e-1: one seed diverged, one ended above the initial loss: both count at l0 = 4.6
+            False: {1e-3: ([2.7, 2.7], 8.0), 1e-2: ([2.5, 2.5], 60.0), 1e-1: ([None, 5.0], 2000.0)},
+            True: {1e-3: ([2.7, 2.7], 4.0), 1e-2: ([2.45, 2.45], 6.0), 1e-1: ([2.6, 2.6], 12.0)},
+        },
+    )
+    v = by_id(evaluate("f6", good))
+    assert {k: x.status for k, x in v.items()} == dict.fromkeys(
+        ("F6a", "F6b", "F6c", "F6d"), "PASS"
+    )
+    assert v["F6a"].measured["growth"] == pytest.approx(250.0)
+    assert v["F6b"].measured["growth"] == pytest.approx(3.0)
+    assert v["F6c"].measured["gap"] == pytest.approx(((2.5 - 2.45) + (4.6 - 2.6)) / 2)
+    assert v["F6d"].measured["no_qk"] == pytest.approx((0.2 + 0 + 2.1) / 3, abs=1e-4)
+    assert v["F6d"].measured["qk"] == pytest.approx((0.25 + 0 + 0.15) / 3, abs=1e-4)
+
+    # QK-norm changes nothing, and the unnormed logits rise only 5x.
+    same = {1e-3: ([2.7, 2.7], 8.0), 1e-2: ([2.5, 2.5], 20.0), 1e-1: ([2.9, 2.9], 40.0)}
+    bad = by_id(evaluate("f6", f6_report(tmp_path / "bad", {False: same, True: same})))
+    assert {k: x.status for k, x in bad.items()} == dict.fromkeys(bad, "FAIL")
+    assert bad["F6d"].measured["gap"] == 0.0
+
+    # One seed per variant, or no metrics.csv: no verdict.
+    one_seed = f6_report(tmp_path / "one", {qk: {1e-3: ([2.7], 8.0)} for qk in (False, True)})
+    assert {x.status for x in evaluate("f6", one_seed)} == {"NO DATA"}
+    for variant_row in good["variants"]:
+        for run in variant_row["runs"]:
+            (Path(run["run_dir"]) / "metrics.csv").unlink()
+    assert {x.status for x in evaluate("f6", good)} == {"NO DATA"}

@@ -1,0 +1,132 @@
+"""Warmup and depth claims (scripts/analysis/findings/depth.py) on report.json pieces with known
+numbers: F2, F3/F4, the ViT study, the early model update, the placement study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from models.placement import PLACEMENTS
+from scripts.analysis.findings import NoData, Verdict, evaluate
+from scripts.analysis.findings.depth import post_update_jumps
+from tests.reports import by_id, depth_report, row
+
+
+def status(verdicts: list, claim: str) -> str:
+    return next(v.status for v in verdicts if v.id == claim)
+
+
+def f2_report(post_off: list, post_on: list, pre_off: list, pre_on: list) -> dict:
+    rows = []
+    for placement, off, on in (("post", post_off, post_on), ("pre", pre_off, pre_on)):
+        rows.append(row(off, placement=placement, lr=1e-3, warmup_steps=0))
+        rows.append(row(on, placement=placement, lr=1e-3, warmup_steps=100))
+        rows.append(row([3.0, 3.0], placement=placement, lr=3e-3, warmup_steps=0))
+        rows.append(row([3.0, 3.0], placement=placement, lr=3e-3, warmup_steps=100))
+    return {"variants": rows}
+
+
+def test_f2_pass_and_fail() -> None:
+    settings = {"ref_lr": 1e-3}
+    good = evaluate("f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings)
+    assert [v.status for v in good] == ["PASS", "PASS"]
+    f2a = good[0].measured
+    assert f2a["gap"] == pytest.approx(0.5) and f2a["post_no_warmup"] == pytest.approx(3.05)
+    # The gap is 0.09 < 0.10; Pre-LN without warmup 0.08 worse > 0.05.
+    bad = evaluate("f2", f2_report([2.64, 2.64], [2.55, 2.55], [2.58, 2.58], [2.5, 2.5]), settings)
+    assert [v.status for v in bad] == ["FAIL", "FAIL"]
+    # A diverged seed makes Post-LN without warmup worse than anything that trained.
+    diverged = evaluate("f2", f2_report([None, 2.6], [2.55, 2.55], [2.5], [2.5, 2.5]), settings)
+    assert status(diverged, "F2a") == "PASS" and status(diverged, "F2b") == "NO DATA"
+    assert status(evaluate("f2", f2_report([3], [2], [2], [2]), {}), "F2a") == "NO DATA"
+
+
+def test_depth_claims_pass_and_fail() -> None:
+    healthy = {("pre", 3): [2.6, 2.6], ("deepnorm", 3): [2.5, 2.5]}
+    good = depth_report(
+        {
+            **healthy,
+            ("post", 3): [2.52, 2.56],
+            ("post", 24): [3.2, None],
+            ("pre", 24): [2.75, 2.8],
+            ("deepnorm", 24): [2.5, 2.55],
+        },
+        warmup_steps=50,
+    )
+    verdicts = evaluate("f3", good, {"max_steps": 200})
+    assert {v.id: v.status for v in verdicts} == {
+        "F3a": "PASS",
+        "F3b": "PASS",
+        "F3c": "NO DATA",  # no metrics.csv with update/model
+        "F4": "PASS",
+    }
+    bad = depth_report(
+        {
+            **healthy,
+            ("post", 3): [2.7, 2.7],  # F4: 0.1 above Pre-LN
+            ("post", 24): [2.85, 2.85],  # F3a: only 0.1 above the best
+            ("pre", 24): [3.0, 3.0],  # F3b: 0.4 above its shallow self
+            ("deepnorm", 24): [2.75, 2.75],
+        },
+        warmup_steps=50,
+    )
+    verdicts = evaluate("f3", bad, {"max_steps": 200})
+    assert [status(verdicts, c) for c in ("F3a", "F3b", "F4")] == ["FAIL", "FAIL", "FAIL"]
+    assert status(evaluate("vit", bad, {}), "V1") == "FAIL"
+
+
+def test_update_claim_reads_metrics(tmp_path: Path) -> None:
+    def run(name: str, peak: float) -> dict:
+        path = tmp_path / name
+        path.mkdir()
+        rows = ["step,update/model"] + [f"{s},{peak * min(s, 20) / 20}" for s in range(101)]
+        (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+        return {"run_dir": str(path), "status": "completed", "best_val_loss": 2.5}
+
+    def variant(placement: str, peak: float) -> dict:
+        runs = [run(f"{placement}-{peak}-{i}", peak) for i in range(2)]
+        return {"label": placement, "params": {"placement": placement, "n_layer": 12}, "runs": runs}
+
+    report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+    # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
+    assert v.status == "PASS" and v.measured["ratio"] == pytest.approx(3.0)
+    assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
+    report["variants"][1] = variant("deepnorm", 4.0)
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+    assert v.status == "FAIL" and v.measured["ratio"] == pytest.approx(1.5)
+    with pytest.raises(NoData):  # window 1..0: nothing logged there
+        post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
+
+
+def test_placement_claims_pass_and_fail() -> None:
+    shallow = {(p, 4): [2.75, 2.75] for p in PLACEMENTS}
+    good = depth_report(
+        shallow
+        | {
+            ("post", 12): [3.25, 3.26],
+            ("pre", 12): [2.9, 2.9],
+            ("deepnorm", 12): [2.72, 2.72],
+            ("sandwich", 12): [2.8, 2.8],
+        }
+    )
+    v = by_id(evaluate("placements", good))
+    assert {k: x.status for k, x in v.items()} == dict.fromkeys(("P1", "P2", "P3", "P4"), "PASS")
+    assert v["P2"].measured["gap"] == pytest.approx(0.15)
+    assert v["P1"].measured["gap"] == pytest.approx(3.255 - 2.72)
+
+    bad = depth_report(
+        shallow
+        | {
+            ("post", 12): [2.8, 2.8],  # within 0.2 of the best: Post-LN did not fail
+            ("pre", 12): [2.9, 2.9],
+            ("deepnorm", 12): [3.1, 3.1],  # 0.35 above its 4-layer self
+            ("sandwich", 12): [2.8, None],  # a diverged seed
+        }
+    )
+    v = by_id(evaluate("placements", bad))
+    assert [v[c].status for c in ("P1", "P2", "P3", "P4")] == ["FAIL", "PASS", "FAIL", "FAIL"]
+    assert v["P4"].measured["deepest"] == "inf (diverged)"
+    one_depth = depth_report(shallow)
+    assert by_id(evaluate("placements", one_depth))["P2"].status == "NO DATA"

@@ -1,0 +1,195 @@
+"""The report's figures (scripts/analysis/plots.py, xy.py): the EMA and the seed band against
+hand-computed values, and what each figure draws, read back from the matplotlib objects."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts import compare
+from scripts.analysis import plots, runs, variants, xy
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> dict:
+    """name -> the figure as saved (still open), instead of closing it after writing."""
+    figures: dict = {}
+
+    def keep(fig, out_dir, name):
+        figures[name] = fig
+        fig.savefig(out_dir / name, dpi=40)
+        return name
+
+    monkeypatch.setattr(xy, "save", keep)
+    return figures
+
+
+def run(seed: int, status: str = "completed", metrics=None, **config) -> runs.Run:
+    """A run as load_run builds it, from a flat config and a summary."""
+    summary = {"status": status, "seed": seed, **config.pop("summary", {})}
+    r = runs.Run(Path(f"run-{seed}-{sorted(config.items())}"), summary, config, metrics or {})
+    r.params = runs.run_params(r)
+    return r
+
+
+def grouped(all_runs: list[runs.Run]) -> tuple[list[variants.Variant], list[str]]:
+    fields = variants.variant_fields(all_runs)
+    return variants.group_variants(all_runs, fields), fields
+
+
+# --- the numbers drawn ---------------------------------------------------------------------------
+def test_ema_is_the_normalized_exponential_weighting() -> None:
+    points = [(0, 1.0), (1, 3.0), (3, 0.0), (4, 2.0)]
+    tau = 1.5
+    expected = []
+    for i, (t, _) in enumerate(points):
+        w = [math.exp(-(t - tj) / tau) for tj, _ in points[: i + 1]]
+        expected.append(sum(wj * x for wj, (_, x) in zip(w, points, strict=False)) / sum(w))
+    smoothed = plots.ema(points, tau)
+    assert [s for s, _ in smoothed] == [0, 1, 3, 4]
+    assert [v for _, v in smoothed] == pytest.approx(expected)
+    assert smoothed[0][1] == 1.0  # debiased: the first point is not pulled toward 0
+
+
+def test_seed_band_interpolates_and_drops_runs_outside_their_steps() -> None:
+    a, b = [(0, 1.0), (10, 3.0)], [(0, 3.0), (5, 3.0), (10, 5.0)]
+    steps, mean, std, n = plots.seed_band([a, b])
+    assert steps.tolist() == [0, 5, 10] and n.tolist() == [2, 2, 2]
+    assert mean.tolist() == pytest.approx([2.0, 2.5, 4.0])  # a at step 5: 2.0 by interpolation
+    assert std.tolist() == pytest.approx([math.sqrt(2), math.sqrt(0.5), math.sqrt(2)])
+    # A run that stopped at step 5 (diverged) no longer counts at step 10.
+    steps, mean, std, n = plots.seed_band([[(0, 1.0), (5, 1.0)], [(0, 3.0), (10, 3.0)]])
+    assert n.tolist() == [2, 2, 1] and mean.tolist() == [2.0, 2.0, 3.0] and std[-1] == 0.0
+    # log: geometric mean, and the std of the logs as a factor
+    _, mean, std, _ = plots.seed_band([[(0, 1.0)], [(0, 4.0)]], log=True)
+    assert mean[0] == pytest.approx(2.0)
+    assert std[0] == pytest.approx(math.exp(statistics.stdev([0.0, math.log(4)])))
+
+
+def test_loss_curves_draw_smoothed_seed_means_with_bands(tmp_path: Path, drawn: dict) -> None:
+    rng = np.random.default_rng(0)
+    all_runs = []
+    for placement, level in (("post", 3.0), ("pre", 2.0)):
+        for seed in range(3):
+            loss = [(s, level + rng.normal(0, 0.1)) for s in range(100)]
+            metrics = {"train/loss": loss, "val/loss": [(49, level), (99, level - 0.1)]}
+            all_runs.append(run(seed, metrics=metrics, **{"placement.name": placement}))
+    vs, fields = grouped(all_runs)
+    assert plots.plot_curves(vs, fields, tmp_path, ["train/loss", "val/loss"], "c.png", "loss")
+    fig = drawn["c.png"]
+    train, val = fig.axes
+    assert "EMA, τ = 4 steps" in train.get_ylabel()  # 99 steps / 25, rounded
+    assert "EMA" not in val.get_ylabel()
+    faint = [line for line in train.get_lines() if line.get_alpha() == 0.2]
+    assert len(faint) == 6 and all(len(line.get_xdata()) == 100 for line in faint)
+    # the bold line of post: the mean over seeds of each seed's EMA
+    (post,) = [line for line in train.get_lines() if line.get_alpha() is None][:1]
+    smoothed = [[v for _, v in plots.ema(r.metrics["train/loss"], 4.0)] for r in all_runs[:3]]
+    assert post.get_ydata() == pytest.approx(np.mean(smoothed, axis=0))
+    assert len(train.collections) == 2  # one band per variant
+    legend = [t.get_text() for t in fig.legends[0].texts]
+    assert legend[:3] == [
+        "placement=post (3 seeds)",
+        "placement=pre (3 seeds)",
+        "± 1 std over seeds",
+    ]
+
+
+# --- any key against any result ------------------------------------------------------------------
+def lr_sweep() -> list[runs.Run]:
+    """best_val_loss = 2 + |log10(lr / 1e-2)| / 10 + seed / 100 for qk_norm off and on; the
+    no-QK run of seed 2 at lr 1e-1 diverged."""
+    out = []
+    for qk in (False, True):
+        for lr in (1e-3, 1e-2, 1e-1):
+            for seed in range(3):
+                diverged = not qk and lr == 1e-1 and seed == 2
+                loss = 2 + abs(math.log10(lr / 1e-2)) / 10 + seed / 100 + 0.5 * qk
+                logit = [(0, 0.01), (50, 100 * lr * (1 + seed)), (99, 50 * lr)]
+                out.append(
+                    run(
+                        seed,
+                        "diverged" if diverged else "completed",
+                        {"attn/max_logit": logit},
+                        **{"optim.lr": lr, "model.qk_norm": qk},
+                        summary={} if diverged else {"best_val_loss": loss},
+                    )
+                )
+    return out
+
+
+def test_xy_draws_seed_means_bands_and_diverged_counts(tmp_path: Path, drawn: dict) -> None:
+    vs, fields = grouped(lr_sweep())
+    key = xy.resolve_key("optim.lr", vs)
+    assert key == "lr"
+    assert xy.plot_xy(vs, fields, key, ["best_val_loss"], tmp_path) == "best_val_loss_vs_lr.png"
+    (ax,) = drawn["best_val_loss_vs_lr.png"].axes
+    assert ax.get_xscale() == "log" and "learning rate" in ax.get_xlabel()
+    means = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    off, on = (line.get_ydata() for line in means)
+    # seeds 0, 1, 2 -> mean offset 0.01; at 1e-1 the diverged seed 2 is left out: 0.005
+    assert list(off) == pytest.approx([2.11, 2.01, 2.105])
+    assert list(on) == pytest.approx([2.61, 2.51, 2.61])
+    assert [line.get_xdata()[0] for line in means] == [1e-3, 1e-3]
+    (cross,) = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    assert cross.get_ydata()[0] == 0.95 and [t.get_text() for t in ax.texts] == ["1"]
+    legend = [t.get_text() for t in drawn["best_val_loss_vs_lr.png"].legends[0].texts]
+    assert legend[:2] == ["qk_norm=False (2-3 seeds)", "qk_norm=True (3 seeds)"]
+    assert "diverged (count)" in legend
+
+
+def test_xy_reduces_a_logged_metric_and_picks_a_log_y(tmp_path: Path, drawn: dict) -> None:
+    vs, fields = grouped(lr_sweep())
+    name = xy.plot_xy(vs, fields, "lr", ["max:attn/max_logit"], tmp_path, "logit.png")
+    (ax,) = drawn[name].axes
+    assert ax.get_yscale() == "log"  # 0.1 .. 30: a 300x span
+    assert "max over steps of attn/max_logit" in ax.get_ylabel()
+    off = next(line for line in ax.get_lines() if line.get_marker() == "o")
+    # max over steps = 100 * lr * (1 + seed), mean over the completed seeds
+    assert list(off.get_ydata()) == pytest.approx([0.2, 2.0, 15.0])
+
+
+def test_x_scale_rules() -> None:
+    assert xy.x_scale("lr", [1e-3, 2e-3]) == "log10"  # a learning rate: always log
+    assert xy.x_scale("data.batch_size", [4, 16, 64]) == "log2"
+    assert xy.x_scale("optim.weight_decay", [0.0, 0.1]) == "linear"
+    assert xy.x_scale("placement", ["post", "pre"]) is None
+
+
+def test_xy_refuses_an_unswept_key_and_an_unknown_reduction() -> None:
+    vs, _ = grouped(lr_sweep())
+    with pytest.raises(ValueError, match="not swept in this sweep; choose one of: lr, model.qk"):
+        xy.resolve_key("model.n_layer", vs)
+    with pytest.raises(ValueError, match="unknown reduction 'top'"):
+        xy.run_value(vs[0].runs[0], "top:attn/max_logit")
+
+
+def write_sweep(root: Path) -> None:
+    for r in lr_sweep():
+        d = root / r.path.name.replace(" ", "").replace("'", "")
+        d.mkdir(parents=True)
+        lr, qk = r.config["optim.lr"], r.config["model.qk_norm"]
+        conf = f"seed: {r.seed}\noptim: {{lr: {lr}}}\nmodel: {{qk_norm: {str(qk).lower()}}}\n"
+        (d / ".hydra").mkdir()
+        (d / ".hydra/config.yaml").write_text(conf)
+        (d / "summary.json").write_text(json.dumps(r.summary))
+
+
+def test_compare_cli_draws_x_against_y(tmp_path: Path, capsys) -> None:
+    write_sweep(tmp_path / "sweep")
+    argv = [str(tmp_path / "sweep"), "--x", "optim.lr", "--y", "best_val_loss", "--no-plots"]
+    assert compare.main(argv) == 0
+    figure = tmp_path / "sweep/report/best_val_loss_vs_lr.png"
+    assert f"figure: {figure}" in capsys.readouterr().out
+    assert figure.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(SystemExit, match="compare: --x seed is not swept"):
+        compare.main([*argv[:1], "--x", "seed"])
+    with pytest.raises(SystemExit, match="compare: no run has val_ppl"):
+        compare.main([*argv[:3], "--y", "val_ppl"])

@@ -1,0 +1,145 @@
+"""Runs people reuse: a quick first run, checkpoints that describe themselves, sampling, a plain
+Lightning Trainer, wandb's grouping, and loggers and callbacks added from the config."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import lightning.pytorch as L
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import train
+from data.text import TextDataConfig, TextDataModule, load_vocab
+from models.gpt import GPT, GPTConfig
+from scripts import sample
+from training.build import build_callbacks
+from training.errors import ConfigError
+from training.loggers import build_loggers, job_type
+from training.task import ImageClassificationTask, LanguageModelTask, OptimConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    """A finished tiny GPT run's directory."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import CONF, TINY_RUN
+
+    run_dir = tmp_path_factory.mktemp("gpt")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*TINY_RUN, f"run_dir={run_dir}"])
+    threads = torch.get_num_threads()
+    train.run(cfg)
+    torch.set_num_threads(threads)
+    return run_dir
+
+
+def test_a_run_shorter_than_its_warmup_clamps_it_with_one_warning(
+    tmp_path, tiny_run, compose_cfg, capsys
+):
+    over = [*tiny_run, "optim.warmup_steps=50", f"run_dir={tmp_path}"]
+    summary = train.run(compose_cfg(over))
+    out = capsys.readouterr().out
+    assert out.count("warning: optim.warmup_steps=50 is longer than the run") == 1
+    assert summary["status"] == "completed" and summary["warmup_steps"] == 1  # max(1, 3 // 10)
+
+
+def test_checkpoints_load_with_load_from_checkpoint(gpt_run, tmp_path, tiny_run, compose_cfg):
+    task = LanguageModelTask.load_from_checkpoint(gpt_run / "last.ckpt", map_location="cpu")
+    saved = torch.load(gpt_run / "last.ckpt", weights_only=True)["state_dict"]
+    assert task.model.cfg.n_embd == 32 and task.optim.lr == 5e-3
+    for key, value in task.state_dict().items():
+        assert torch.equal(value, saved[key]), key
+    vit = [o for o in tiny_run if not o.startswith(("model.block_size", "data.val_b"))]
+    train.run(compose_cfg([*vit, "model=vit", f"run_dir={tmp_path}"]))
+    task = ImageClassificationTask.load_from_checkpoint(tmp_path / "last.ckpt", map_location="cpu")
+    assert task.model.cfg.image_size == 8 and task.model.cfg.num_classes == 10
+
+
+def test_sample_is_seeded_and_greedy_sampling_is_the_argmax(gpt_run, capsys):
+    text = sample.main([str(gpt_run), "--prompt", "The ", "--tokens", "12", "--seed", "3"])
+    assert text.startswith("The ") and len(text) == 4 + 12
+    assert sample.main([str(gpt_run), "--prompt", "The ", "--tokens", "12", "--seed", "3"]) == text
+    # top-k 1 is greedy decoding: compare with an argmax loop written out here.
+    greedy = sample.main([str(gpt_run), "--prompt", "The ", "--tokens", "6", "--top-k", "1"])
+    model, vocab = sample.load_run(gpt_run).eval(), load_vocab(gpt_run / "vocab.json")
+    idx = vocab.encode("The ")[None, :]
+    with torch.no_grad():
+        for _ in range(6):
+            logits, _ = model(idx[:, -model.cfg.block_size :])
+            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert greedy == vocab.decode(idx[0])
+
+
+def test_a_plain_trainer_validates_with_the_documented_arguments(tmp_path):
+    dm = TextDataModule(TextDataConfig(val_batches=1), block_size=8, batch_size=2, seed=0)
+    dm.setup()
+    cfg = GPTConfig(vocab_size=dm.vocab_size, block_size=8, n_layer=1, n_embd=16, n_head=2)
+    quiet = dict(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    task = LanguageModelTask(GPT(cfg), OptimConfig(), total_steps=2)
+    with pytest.raises(ValueError, match="val_check_interval=<steps>, check_val_every_n_epoch"):
+        L.Trainer(max_steps=2, default_root_dir=tmp_path, **quiet).fit(task, datamodule=dm)
+    task = LanguageModelTask(GPT(cfg), OptimConfig(), total_steps=2)
+    trainer = L.Trainer(
+        max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, **quiet
+    )  # what the docs name
+    trainer.fit(task, datamodule=dm)
+    assert task.last_val_step == 2 and task.last_val_loss is not None
+
+
+def test_wandb_groups_by_sweep_and_job_type_drops_the_seed(compose_cfg, tmp_path):
+    cfg = compose_cfg(["seed=3", "logger=wandb", "group=study-a", f"run_dir={tmp_path}"])
+    assert job_type(cfg) == "gpt-pre-layernorm-L6-lr0.005"
+    (wandb,) = build_loggers(cfg, tmp_path)
+    init = wandb._wandb_init
+    assert init["group"] == "study-a" and init["job_type"] == "gpt-pre-layernorm-L6-lr0.005"
+    assert init["name"] == "gpt-pre-layernorm-L6-lr0.005-s3" and "L6" in init["tags"]
+
+
+def test_callbacks_from_target_entries(compose_cfg, tmp_path):
+    over = ["+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping"]
+    over += ["+callbacks.stop.monitor=val/loss", "+callbacks.stop.patience=2"]
+    callbacks = build_callbacks(compose_cfg(over), tmp_path, {})
+    assert type(callbacks[-1]).__name__ == "EarlyStopping" and callbacks[-1].patience == 2
+    bad = compose_cfg(["+callbacks.stop._target_=collections.OrderedDict"])
+    with pytest.raises(ConfigError, match="not a Lightning Callback"):
+        build_callbacks(bad, tmp_path, {})
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("tensorboard"), reason="extra not installed")
+def test_tensorboard_logger_from_its_config(compose_cfg, tmp_path):
+    (tb,) = build_loggers(compose_cfg(["logger=tensorboard"]), tmp_path)
+    tb.log_metrics({"train/loss": 1.0}, step=0)
+    tb.save()
+    assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+def test_an_unknown_logger_names_the_fix(compose_cfg, tmp_path):
+    cfg = compose_cfg([])
+    cfg.logger = OmegaConf.create({"nope": {"x": 1}})
+    with pytest.raises(ValueError, match=r"unknown logger 'nope'.*_target_"):
+        build_loggers(cfg, tmp_path)
+
+
+def test_the_wandb_sweep_command_lines_compose(compose_cfg):
+    """What `wandb agent` would run: train.py with each grid point as key=value overrides."""
+    import itertools
+
+    import yaml
+
+    from tests.conftest import ROOT
+    from training.launch import preflight
+
+    spec = yaml.safe_load((ROOT / "conf" / "wandb_sweep" / "placement_lr.yaml").read_text())
+    assert spec["program"] == "train.py" and "${args_no_hyphens}" in spec["command"]
+    params = spec["parameters"]
+    grid = [[(k, v) for v in p.get("values", [p.get("value")])] for k, p in params.items()]
+    for point in itertools.product(*grid):
+        args = [f"{k}={v}" for k, v in point]  # ${args_no_hyphens}
+        preflight(args)
+        cfg = compose_cfg(args)
+        assert (cfg.placement.name, cfg.optim.lr) == (point[0][1], point[2][1])
