@@ -9,7 +9,8 @@
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
 f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
-depth). Each sweep runs as ``python train.py -m
+depth), f8 (the residual stream, Pre-LN vs Peri-LN), f10 (attention entropy, QK-norm), f12
+(log Z and z-loss). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
 scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
 into <out>/verdict.md and <out>/verdict.json, from the runs that completed or diverged only (a
