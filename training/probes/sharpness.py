@@ -17,6 +17,11 @@ which is iterated instead. Power iteration finds the eigenvalue of largest |lamb
 is negative, a second run on A - lambda I finds the top one. The loss is the model's own (the
 cross-entropy) in eval mode and float32; attention takes SDPA's math kernel and RMSNorm the plain
 op, the only ones with second derivatives. Gradients in .grad stay untouched (autograd.grad).
+
+Each Rayleigh quotient is a lower bound of lambda_max; how close ``iters`` steps get depends on
+the gap to the next eigenvalue. The shifted run is the slow case: its ratio is
+(lambda_2 - lambda_min) / (lambda_max - lambda_min), so when a large negative eigenvalue
+dominates, 20 steps can read far below lambda_max (raise ``probes.sharpness.iters``).
 """
 
 from __future__ import annotations
