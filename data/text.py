@@ -13,22 +13,17 @@ chars plus one unknown id; val chars never seen in train map to it.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import threading
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
-import lightning.pytorch as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
+
+from data.hub import load_hub_dataset
+from data.steps import StepBatches, StepDataModule, step_generator
 
 SOURCES = ("pydocs", "text_files", "hf_text")
 UNK = "\ufffd"  # shown for chars the train text never contained
-HUB_TIMEOUT_S = 3.0
-_TRUE = {"1", "ON", "YES", "TRUE"}
 
 
 @dataclass
@@ -43,94 +38,6 @@ class TextDataConfig:
     val_batches: int = 8
     max_chars: int | None = None
     encoding: str = "utf-8"  # for text_files
-
-
-# ---------------------------------------------------------------- shared with data/vision.py
-
-
-def step_generator(seed: int, step: int) -> torch.Generator:
-    """The generator behind step ``step``'s batch: a pure function of (seed, step)."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step)
-
-
-class StepBatches(IterableDataset):
-    """Endless batches ``make(step, global_batch)`` for step = start_step, start_step + 1, ...
-
-    Under DDP every rank draws the same global batch (batch_size * world rows) and keeps its own
-    slice, so ranks see disjoint data and one process with world x batch_size sees the same rows.
-    """
-
-    def __init__(self, make: Callable[[int, int], tuple], batch_size: int, start_step: int = 0):
-        self.make, self.batch_size, self.start_step = make, batch_size, start_step
-
-    def __iter__(self) -> Iterator[tuple]:
-        rank, world = 0, 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        rows = slice(rank * self.batch_size, (rank + 1) * self.batch_size)
-        step = self.start_step
-        while True:
-            yield tuple(t[rows] for t in self.make(step, self.batch_size * world))
-            step += 1
-
-
-def _offline_flag() -> bool:
-    return any(
-        os.environ.get(v, "").upper() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def _hub_address() -> tuple[str, int]:
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-
-
-def reachable(host: str, port: int, timeout: float) -> bool:
-    """TCP connect within ``timeout`` seconds, in a thread so that slow DNS cannot stall us."""
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(ok)
-
-
-def load_hub_dataset(hf_id: str, hf_config: str | None, split: str, fallback: str):
-    """``datasets.load_dataset`` that fails in seconds, in one line, when the hub is out of reach.
-
-    Offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) still serves datasets already in the local
-    cache when ``datasets`` itself runs offline; otherwise it fails at once. ``fallback`` is the
-    local alternative named in the message.
-    """
-    import datasets
-
-    where = f"hub dataset {hf_id!r} (split {split!r})"
-    offline = _offline_flag()
-    not_cached = f"{where}: HF_HUB_OFFLINE is set and it is not cached; go online, or {fallback}"
-    # A flag set after `datasets` was imported is unknown to it: it would still use the network.
-    if offline and not datasets.config.HF_HUB_OFFLINE:
-        raise ConnectionError(not_cached)
-    if not offline and not reachable(*_hub_address(), HUB_TIMEOUT_S):
-        raise ConnectionError(
-            f"{where}: cannot reach {_hub_address()[0]} (tried {HUB_TIMEOUT_S:g}s); "
-            f"go online, or {fallback}"
-        )
-    try:
-        return datasets.load_dataset(hf_id, hf_config, split=split)
-    except Exception as err:  # datasets raises many types; the user needs one line either way
-        if offline:
-            raise ConnectionError(not_cached) from err
-        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
-        raise ValueError(
-            f"{where}: {reason}; check data.hf_id, data.hf_config and the split"
-        ) from err
 
 
 # ---------------------------------------------------------------- vocabulary
@@ -253,23 +160,6 @@ def load_text(cfg: TextDataConfig) -> str:
 # ---------------------------------------------------------------- datamodule
 
 
-class StepDataModule(L.LightningDataModule):
-    """A datamodule whose train batch for step s depends only on (seed, s): its checkpointed state
-    is the next step to draw, so a resumed run continues the same batch sequence."""
-
-    start_step: int = 0
-
-    def state_dict(self) -> dict:
-        """The next train step to draw; a run restored from it continues the same batch sequence."""
-        trainer = self.trainer
-        if trainer is None:
-            return {"start_step": self.start_step}
-        return {"start_step": trainer.global_step * trainer.accumulate_grad_batches}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.start_step = int(state_dict["start_step"])
-
-
 class TextDataModule(StepDataModule):
     """Next-character prediction windows over one in-memory token tensor."""
 
@@ -330,13 +220,15 @@ class TextDataModule(StepDataModule):
         chunk = tokens[idx]
         return chunk[:, :-1], chunk[:, 1:]
 
-    def train_batch(self, step: int, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
-        """The train batch of optimizer step ``step``: depends on (seed, step) only."""
+    def train_batch(
+        self, step: int, batch_size: int | None = None, rows: slice | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """Rows ``rows`` of optimizer step ``step``'s train batch: depend on (seed, step) only."""
         self._ready()
         high = len(self.train_tokens) - self.block_size  # last start leaving T+1 tokens
         b = batch_size or self.batch_size
         offsets = torch.randint(0, high, (b,), generator=step_generator(self.seed, step))
-        return self.windows(self.train_tokens, offsets)
+        return self.windows(self.train_tokens, offsets[rows or slice(None)])
 
     def train_dataloader(self) -> DataLoader:
         self._ready()

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from data.text import StepBatches, StepDataModule, load_hub_dataset, step_generator
+from data.hub import load_hub_dataset
+from data.steps import StepBatches, StepDataModule, step_generator
 
 SOURCES = ("digits", "hf_image")
 SPLIT_SEED = 0  # the digits train/val split is a property of the data, not of the run
@@ -138,7 +139,9 @@ class ImageDataModule(StepDataModule):
         if self.train_images is None:
             raise RuntimeError("call dm.setup() before using the loaders")
 
-    def train_batch(self, step: int, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
+    def train_batch(
+        self, step: int, batch_size: int | None = None, rows: slice | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """The train batch of step ``step``, a pure function of (seed, step).
 
         Steps walk through epochs without replacement: epoch e is a permutation drawn from
@@ -151,7 +154,7 @@ class ImageDataModule(StepDataModule):
         epoch, i = divmod(step, n // b)
         if self._perm[0] != epoch:
             self._perm = (epoch, torch.randperm(n, generator=step_generator(self.seed, epoch)))
-        idx = self._perm[1][i * b : (i + 1) * b]
+        idx = self._perm[1][i * b : (i + 1) * b][rows or slice(None)]
         return self.train_images[idx], self.train_labels[idx]
 
     def train_dataloader(self) -> DataLoader:

@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from data.text import reachable
+from data.hub import reachable
 from training.resume import ResumableCSVLogger
 
 LOGGERS = ("csv", "wandb")
