@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import lightning.pytorch as L
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
@@ -20,6 +21,13 @@ MakeBatch = Callable[[int, int, slice], tuple]
 def step_generator(seed: int, step: int) -> torch.Generator:
     """The generator behind step ``step``'s batch: a pure function of (seed, step)."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def stream_generator(seed: int, step: int, stream: int) -> torch.Generator:
+    """A second generator of step ``step`` (e.g. an augmentation's), independent of the batch's
+    ``step_generator`` and of other streams: SeedSequence hashes (seed, step, stream)."""
+    state = np.random.SeedSequence([seed, step, stream, 2]).generate_state(1)[0]
+    return torch.Generator().manual_seed(int(state))
 
 
 def rank_and_world() -> tuple[int, int]:
