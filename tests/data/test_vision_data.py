@@ -244,3 +244,41 @@ def test_a_vit_trains_on_the_image_folder(
     summary = train.run(compose_cfg([*over, "model.patch_size=8", f"run_dir={tmp_path / 'run'}"]))
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert summary["final_val_acc"] is not None
+
+
+def test_hf_image_decodes_pil_images_into_the_cache(monkeypatch, tmp_path):
+    import datasets
+    from PIL import Image
+
+    import data.images
+
+    def split(n: int, shift: int) -> datasets.Dataset:
+        features = datasets.Features(
+            {"img": datasets.Image(), "fine_label": datasets.ClassLabel(names=list("abcde"))}
+        )
+        pics = [Image.fromarray(p[:6, :6]) for p in pixels(n, shift)]
+        labels = [i % 3 for i in range(n)]
+        return datasets.Dataset.from_dict({"img": pics, "fine_label": labels}, features=features)
+
+    splits = {"train": split(10, 1), "test": split(4, 20)}
+    monkeypatch.setattr(data.images, "load_hub_dataset", lambda hf_id, c, name, fb: splits[name])
+    cfg = ImageDataConfig("hf_image", hf_id="fake/rgb", image_column="img", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"no column 'label'.*\['img', 'fine_label'\]"):
+        ImageDataModule(cfg, 4, 0).setup()
+    cfg.label_column = "fine_label"
+    dm = ImageDataModule(cfg, 4, 0)
+    dm.setup()
+    assert (dm.image_size, dm.in_chans, dm.num_classes) == (6, 3, 5)  # classes from ClassLabel
+    raw = torch.from_numpy(pixels(10, 1)[:, :6, :6]).permute(0, 3, 1, 2).double() / 255
+    mean, std = raw.mean(dim=(0, 2, 3)), raw.std(dim=(0, 2, 3))
+    torch.testing.assert_close(dm.mean.double(), mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(dm.std.double(), std, rtol=1e-6, atol=1e-6)
+    x, y = val_images(dm)
+    assert x.shape == (4, 3, 6, 6) and y.tolist() == [0, 1, 2, 0]
+    test = torch.from_numpy(pixels(4, 20)[:, :6, :6]).permute(0, 3, 1, 2).float() / 255
+    expected = (test - dm.mean[:, None, None]) / dm.std[:, None, None]
+    torch.testing.assert_close(x, expected)
+    cfg.image_size = 4
+    small = ImageDataModule(cfg, 4, 0)
+    small.setup()
+    assert small.images.shape == (10, 3, 4, 4) and small.image_size == 4
