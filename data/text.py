@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from data import corpora
 from data.corpora import load_text  # noqa: F401 (the corpus as one string; tests and tools)
+from data.hub import reachable  # noqa: F401 (importable from here as before: the wandb check)
 from data.steps import StepBatches, StepDataModule, step_generator
 from data.tokenizer import (
     NAMES,
