@@ -50,7 +50,12 @@ LONG = ["trainer.max_steps=120", "trainer.val_check_interval=10", "checkpoint.ev
 LONG += ["model.dropout=0.1", "logger.csv.flush_logs_every_n_steps=1", "optim.warmup_steps=10"]
 
 
-def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(tmp_path, tiny_run, compose_cfg):
+BPE = ["data.tokenizer=bpe", "data.vocab_size=512"]  # trained once, read from the token cache
+
+
+@pytest.mark.parametrize("data", [[], pytest.param(BPE, marks=pytest.mark.slow, id="bpe")])
+def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(tmp_path, tiny_run, compose_cfg, data):
+    tiny_run = [*tiny_run, *data]
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
         [sys.executable, "train.py", *tiny_run, *LONG, f"hydra.run.dir={killed}"],

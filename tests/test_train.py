@@ -62,7 +62,8 @@ def compose_cfg(overrides: list[str]) -> DictConfig:
     "group,option", [(g, o) for g in GROUPS for o in options(g)], ids=lambda v: str(v)
 )
 def test_every_option_composes_and_builds_its_dataclass(group, option):
-    extra = ["model=vit"] if option in ("digits", "hf_image") else []
+    kind = OmegaConf.load(CONF / group / f"{option}.yaml").get("kind")
+    extra = ["model=vit"] if kind == "image" else []
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     spec = MODELS[cfg.model.name]

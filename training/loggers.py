@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from data.text import reachable
+from data.hub import reachable
 from training.resume import ResumableCSVLogger
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
@@ -45,7 +45,7 @@ SUMMARY_FIELDS = (
     "steps",
     "loss_spikes",
 )
-SUMMARY_OF = {"val/loss": "min", "val/acc": "max", "train/loss": "min"}
+SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
 
 

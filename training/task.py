@@ -309,11 +309,12 @@ class TrainTask(L.LightningModule):
         for key, value in sums.items():
             self._val_sums[key] = self._val_sums.get(key, 0.0) + value.detach().double()
 
-    def validation_step(self, batch, batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         _, loss = self(inputs, targets)
         n = targets.new_tensor(float(targets.shape[0]), dtype=torch.float64)
         self.accumulate(loss=loss * n, count=n)
+        return loss
 
     def reduced_val_sums(self) -> dict[str, float]:
         return {
@@ -383,10 +384,41 @@ class TrainTask(L.LightningModule):
 
 
 class LanguageModelTask(TrainTask):
-    """Next-token prediction; the loss is mean cross-entropy in nats per token."""
+    """Next-token prediction; the loss is mean cross-entropy in nats per token. With a datamodule
+    that knows each token's UTF-8 bytes (``token_bytes``), val/bpb = val nats / (ln 2 * bytes)
+    compares runs across tokenizers."""
 
     unit = "tokens"
     model_class, config_class = GPT, GPTConfig
+    TRACKED = (*TrainTask.TRACKED, "last_val_bpb", "best_val_bpb")
+    last_val_bpb: float | None = None
+    best_val_bpb: float | None = None
+
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss, targets = super().validation_step(batch, batch_idx), batch[1]
+        table = getattr(self.trainer.datamodule, "token_bytes", None)
+        if table is not None:  # nats: the mean loss times the targets
+            n_bytes = table.to(targets.device)[targets].sum()
+            self.accumulate(nats=loss * targets.numel(), bytes=n_bytes)
+        return loss
+
+    def val_extras(self, sums: dict[str, float]) -> dict[str, float]:
+        if "bytes" not in sums:
+            return {}
+        return {"val/bpb": sums["nats"] / (math.log(2) * sums["bytes"])}
+
+    def track_val(self, metrics: dict[str, float]) -> None:
+        super().track_val(metrics)
+        if "val/bpb" in metrics:
+            bpb = self.last_val_bpb = metrics["val/bpb"]
+            self.best_val_bpb = bpb if self.best_val_bpb is None else min(self.best_val_bpb, bpb)
+
+    def results(self) -> dict:
+        return {
+            **super().results(),
+            "final_val_bpb": self.last_val_bpb,
+            "best_val_bpb": self.best_val_bpb,
+        }
 
 
 class ImageClassificationTask(TrainTask):
