@@ -53,6 +53,11 @@ def _checked_files(paths: list[str]) -> list[Path]:
             raise FileNotFoundError(f"text file not found: {p}; fix data.paths")
         if Path(p).stat().st_size == 0:
             raise ValueError(f"text file is empty: {p}; remove it from data.paths")
+        with open(p, "rb") as f:  # text never holds NUL bytes; binary files almost always do
+            if b"\x00" in f.read(1 << 16):
+                raise ValueError(
+                    f"{p} holds NUL bytes: it is binary, not text; remove it from data.paths"
+                )
     return [Path(p).resolve() for p in paths]
 
 

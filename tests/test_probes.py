@@ -23,8 +23,8 @@ from training.probes import (
     MaxAttnLogit,
     ModelUpdate,
     ProbeConfig,
-    build_callbacks,
     max_attn_logit,
+    probe_callbacks,
     run_forward_probes,
 )
 
@@ -49,7 +49,7 @@ def probed_fit(tmp_path_factory):
     task = TinyTask(GPT(GPTConfig(**TINY)))
     initial = copy.deepcopy(task.model)
     snaps = Snapshots()
-    callbacks = [snaps, *build_callbacks(EVERY_STEP)]
+    callbacks = [snaps, *probe_callbacks(EVERY_STEP)]
     # A tiny clip threshold: the logged norms must be those before clipping.
     trainer, logger = fit(
         task, callbacks, 3, tmp_path_factory.mktemp("fit"), gradient_clip_val=1e-4
@@ -150,7 +150,7 @@ def test_probe_config_rejects_unknown_names_and_bad_intervals():
     with pytest.raises(ValueError, match=">= 1"):
         ProbeConfig(every={"update": 0})
     assert ProbeConfig(every={"update": 5}).interval("update") == 5
-    names = [type(c).__name__ for c in build_callbacks(ProbeConfig(enabled=["update"]))]
+    names = [type(c).__name__ for c in probe_callbacks(ProbeConfig(enabled=["update"]))]
     assert names == ["ForwardProbes", "Divergence"]
 
 

@@ -23,8 +23,8 @@ from training.probes import (
     BlockCos,
     LogZ,
     ProbeConfig,
-    build_callbacks,
     head_entropies,
+    probe_callbacks,
     run_forward_probes,
 )
 
@@ -47,7 +47,7 @@ def qk_fit(tmp_path_factory):
     initial = copy.deepcopy(task.model)
     snaps = Snapshots()
     probes = ProbeConfig(enabled=FORWARD, every={n: 1 for n in FORWARD}, batch_size=4)
-    _, logger = fit(task, [snaps, *build_callbacks(probes)], 3, tmp_path_factory.mktemp("qk"))
+    _, logger = fit(task, [snaps, *probe_callbacks(probes)], 3, tmp_path_factory.mktemp("qk"))
     return initial, snaps, logger
 
 

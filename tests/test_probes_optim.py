@@ -19,7 +19,7 @@ from models.gpt import GPT, GPTConfig
 from models.kernels import unfused
 from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
 from training.loggers import SECTIONS
-from training.probes import PROBES, LossSpikes, ProbeConfig, build_callbacks, sharpness
+from training.probes import PROBES, LossSpikes, ProbeConfig, probe_callbacks, sharpness
 from training.probes.sharpness import top_eigenvalue
 from training.task import (
     LanguageModelTask,
@@ -48,7 +48,7 @@ def test_update_ratio_is_the_relative_change_of_each_block_over_one_step(tmp_pat
     snaps = Snapshots()
     probes = ProbeConfig(enabled=["update_ratio"], every={"update_ratio": 1})
     # clipping at 0.5 changes the update: the probe must see the step the optimizer really took
-    _, logger = fit(task, [snaps, *build_callbacks(probes)], 4, tmp_path, gradient_clip_val=0.5)
+    _, logger = fit(task, [snaps, *probe_callbacks(probes)], 4, tmp_path, gradient_clip_val=0.5)
     for step in range(3):  # weights at the start of step s + 1 are those after step s
         before, after = snaps.weights[step], snaps.weights[step + 1]
         ratios = []
@@ -137,7 +137,7 @@ def test_sharpness_probe_logs_at_its_interval_and_starts_preconditioned_after_st
     torch.manual_seed(0)
     task = TinyTask(GPT(GPTConfig(**TINY)))
     probes = ProbeConfig(enabled=["sharpness"], every={"sharpness": 2}, sharpness={"iters": 3})
-    _, logger = fit(task, build_callbacks(probes), 5, tmp_path)
+    _, logger = fit(task, probe_callbacks(probes), 5, tmp_path)
     logged = {s: set(m) for s, m in logger.rows if any(k.startswith("sharpness") for k in m)}
     assert logged == {
         0: {"sharpness/hessian"},
@@ -181,7 +181,7 @@ def test_loss_spikes_are_counted_in_a_fit_and_logged(tmp_path):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             losses.append(float(outputs["loss"]))
 
-    callbacks = [Losses(), *build_callbacks(probes)]
+    callbacks = [Losses(), *probe_callbacks(probes)]
     _, logger = fit(task, callbacks, 12, tmp_path)
     spikes = next(c for c in callbacks if isinstance(c, LossSpikes))
     assert spikes.spike_steps == count_spikes_by_hand(losses, 1.05, 100)
@@ -231,7 +231,7 @@ def run_losses(tmp_path, probes: ProbeConfig) -> tuple[list[float], dict]:
     model = GPT(GPTConfig(**{**TINY, "dropout": 0.1, "qk_norm": True}))
     cfg = OptimConfig(lr=3e-2, warmup_steps=2, z_loss=1e-3)
     task = LanguageModelTask(model, cfg, total_steps=6, seed=0)
-    _, logger = fit(task, build_callbacks(probes), 6, tmp_path, log_every_n_steps=1)
+    _, logger = fit(task, probe_callbacks(probes), 6, tmp_path, log_every_n_steps=1)
     losses = [m["train/loss"] for _, m in logger.rows if "train/loss" in m]
     return losses, model.state_dict()
 

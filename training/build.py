@@ -29,8 +29,7 @@ from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError
 from training.launch import launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
-from training.probes import ProbeConfig, probe_summary
-from training.probes import build_callbacks as probe_callbacks
+from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.resume import (
     AtomicCheckpointIO,
     ResumeCheckpoint,

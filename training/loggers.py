@@ -191,7 +191,8 @@ def finish_wandb(summary: dict | None = None) -> None:
         return
     if summary is not None:
         wandb.run.summary.update({k: summary[k] for k in SUMMARY_FIELDS if k in summary})
-        log_model = wandb.run.config.get("logger", {}).get("wandb", {}).get("log_model")
+        config = getattr(wandb.run, "config", None) or {}
+        log_model = config.get("logger", {}).get("wandb", {}).get("log_model")
         ckpt = Path(summary.get("run_dir") or ".") / "last.ckpt"
         if log_model and summary.get("status") == "completed" and ckpt.is_file():
             artifact = wandb.Artifact(f"model-{wandb.run.id}", type="model", metadata=summary)

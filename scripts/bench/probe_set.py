@@ -25,7 +25,7 @@ from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from training.probes import ProbeConfig, build_callbacks
+from training.probes import ProbeConfig, probe_callbacks
 
 HOOKS = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")
 
@@ -103,7 +103,7 @@ def measure(args: argparse.Namespace) -> dict:
     x = torch.randint(0, cfg.vocab_size, shape, device=device)
     y = torch.randint(0, cfg.vocab_size, shape, device=device)
     probes = probe_config(args)
-    callbacks = build_callbacks(probes, probe_batch=(x.cpu(), y.cpu()))
+    callbacks = probe_callbacks(probes, probe_batch=(x.cpu(), y.cpu()))
     trainer = fake_trainer(opt)
     for cb in callbacks:
         cb.setup(trainer, module, "fit")

@@ -35,7 +35,7 @@ from training.probes.registry import (
     ProbeConfig,
     ProbeSpec,
     SharpnessConfig,
-    build_callbacks,
+    probe_callbacks,
     probe_summary,
 )
 from training.probes.sharpness import Sharpness, sharpness, top_eigenvalue
@@ -61,7 +61,7 @@ __all__ = [
     "SharpnessConfig",
     "UpdateRatio",
     "blocks_of",
-    "build_callbacks",
+    "probe_callbacks",
     "grad_norm_groups",
     "group_grad_norms",
     "head_entropies",

@@ -114,7 +114,7 @@ class ProbeConfig:
         return self.every.get(name, PROBES[name].every)
 
 
-def build_callbacks(
+def probe_callbacks(
     probes: ProbeConfig | None = None,
     divergence: DivergenceConfig | None = None,
     probe_batch: torch.Tensor | tuple | None = None,
