@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import bench_data
+from scripts.bench import data as bench_data
 
 
 def test_the_generated_corpus_is_seeded_pydocs_paragraphs(tmp_path):

@@ -1,9 +1,9 @@
 """The data section of the benchmarks: a generated corpus of at least 500 MB, prepared once, read
 in windows; memory of a training run on it against the same run on pydocs.
 
-    python -m scripts.bench_data                      # 512 MB corpus in /tmp, BPE 8192, 2 procs
-    python -m scripts.bench_data --mb 64 --out data.json
-    python -m scripts.bench_data --only batches,memory  # reuse the last prepared cache
+    python -m scripts.bench.data                      # 512 MB corpus in /tmp, BPE 8192, 2 procs
+    python -m scripts.bench.data --mb 64 --out data.json
+    python -m scripts.bench.data --only batches,memory  # reuse the last prepared cache
 
 Figures:
   prepare     wall seconds to tokenize the corpus into the token cache with ``--procs`` processes
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ((32, 128), (64, 1024))  # (batch, block): the default job, GPT-2 small
 
 
