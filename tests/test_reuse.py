@@ -143,3 +143,24 @@ def test_the_wandb_sweep_command_lines_compose(compose_cfg):
         preflight(args)
         cfg = compose_cfg(args)
         assert (cfg.placement.name, cfg.optim.lr) == (point[0][1], point[2][1])
+
+
+def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):
+    from types import SimpleNamespace
+
+    import torch as t
+
+    from training.build import StepLines, parallel_sweep
+
+    assert not parallel_sweep()  # outside a Hydra multirun: the rich bar
+    lines = StepLines("gpt-post-L6-s0", every=5)
+    trainer = SimpleNamespace(is_global_zero=True, max_steps=10, callback_metrics={})
+    for step in range(1, 11):
+        trainer.global_step = step
+        trainer.callback_metrics = {"train/loss": t.tensor(1.0 / step)}
+        lines.on_train_batch_end(trainer, None, None, None, step - 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[gpt-post-L6-s0] step 5/10 train/loss=0.2000",
+        "[gpt-post-L6-s0] step 10/10 train/loss=0.1000",
+    ]
