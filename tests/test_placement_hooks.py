@@ -62,3 +62,21 @@ def test_ngpt_trains_on_the_sphere_without_biases_decay_or_warmup(tmp_path, tiny
     cols = weights["model.blocks.0.mlp.fc2.weight"].norm(dim=0)
     for norms in (rows, cols, weights["model.tok_emb.weight"].norm(dim=1)):
         torch.testing.assert_close(norms, torch.ones_like(norms))
+
+
+def test_attention_probes_read_the_logits_ngpt_uses():
+    """nGPT's logits are q.k * sqrt(d_head), not / sqrt(d_head): the probes take the
+    attention's own scale."""
+    from models.gpt import GPT, GPTConfig
+    from training.probes.attention import attention_scores
+
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8, bias=False)
+    for placement, scale in (("ngpt", 2.0), ("pre", 0.5)):  # d_head = 4
+        attn = GPT(GPTConfig(**cfg, placement=placement)).blocks[0].attn
+        x = torch.randn(2, 6, 8)
+        q, k = attn.qk(x)
+        expected = (q @ k.transpose(-2, -1) * scale).masked_fill(
+            torch.ones(6, 6).triu(1).bool(), float("-inf")
+        )
+        torch.testing.assert_close(attention_scores(attn, x), expected)

@@ -20,9 +20,12 @@ from training.probes.forward import ForwardMeasure
 
 
 def attention_scores(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """s = q k^T / sqrt(d_head) in float32, keys the softmax never sees set to -inf."""
+    """s = q k^T / sqrt(d_head) in float32 (or times the attention's own softmax_scale, as
+    nGPT's sqrt(d_head)), keys the softmax never sees set to -inf."""
     q, k = attn.qk(x)  # (B, nh, T, hs) each, after the q/k norm
-    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
+    scores = q.float() @ k.float().transpose(-2, -1)  # (B, nh, T, T)
+    own = getattr(attn, "softmax_scale", None)
+    scores = scores * own if own is not None else scores / math.sqrt(q.size(-1))
     if attn.causal:
         T = scores.size(-1)
         future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)  # (T, T)
