@@ -161,17 +161,6 @@ class NoSkip(nn.Module):
         return h
 
 
-class InputSkip(nn.Module):
-    """B2T's extra skip (Takase et al. 2023): adds s * x0, the block input, to the MLP branch."""
-
-    def __init__(self, weight: float) -> None:
-        super().__init__()
-        self.weight = weight
-
-    def forward(self, h: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        return torch.add(h, x0, alpha=self.weight)
-
-
 class ScaledNorm(nn.Module):
     """A norm whose output is multiplied by a constant: LayerNorm Scaling's norm(x) / sqrt(l)."""
 
@@ -187,7 +176,8 @@ class ScaledNorm(nn.Module):
 
 
 class ScaledResidual(nn.Module):
-    """branch + alpha * x, alpha a constant (1, or DeepNorm's (2N)^(1/4))."""
+    """branch + alpha * x, alpha a constant: 1, DeepNorm's (2N)^(1/4), or B2T's weight s of the
+    block input x0 added to the MLP branch (Takase et al. 2023)."""
 
     def __init__(self, alpha: float) -> None:
         super().__init__()
@@ -278,7 +268,7 @@ class Block(nn.Module):
         self.placement_name = placement.name  # per layer: Mix-LN's blocks say post or pre
         self.alpha = alpha
         self.input_skip = placement.input_skip
-        self.mlp_skip = InputSkip(self.input_skip) if self.input_skip else NoSkip()
+        self.mlp_skip = ScaledResidual(self.input_skip) if self.input_skip else NoSkip()
         self.attn = Attention(
             d,
             cfg.n_head,

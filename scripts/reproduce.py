@@ -328,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     report = compare(out)
     for figure in finding.figures:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
+    for draw in finding.draws:
+        draw(out)
     settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]

@@ -1,72 +1,42 @@
-"""F9 and F11 claims (scripts/analysis/findings/placements.py) on report.json pieces with known
-numbers, and the block profile they read against blocks whose effect is known in closed form."""
+"""F9 and F11 claims (scripts/analysis/findings/placements.py) on report.json pieces and
+metrics.csv files with known numbers, and the block profile F9 reads from the probes' columns."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
-import torch
-from omegaconf import OmegaConf
-from torch import nn
 
-import train
-from scripts.analysis.block_profile import PROFILE, block_profile, profile_blocks
+from scripts.analysis.block_profile import last_profile, plot_profiles
 from scripts.analysis.findings import evaluate
 from tests.reports import by_id, depth_report
 
 
 # ---------------------------------------------------------------- the block profile
-class Shift(nn.Module):
-    """h = x + c * e_0: adds c along the first feature."""
-
-    def __init__(self, c: float) -> None:
-        super().__init__()
-        self.c = c
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.c * torch.nn.functional.one_hot(torch.tensor(0), x.shape[-1])
-
-
-class Known(nn.Module):
-    def __init__(self, shifts: list[float]) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(Shift(c) for c in shifts)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return x
+def write_metrics(path: Path, rows: dict[int, dict[str, float]]) -> None:
+    """A metrics.csv as Lightning's CSVLogger writes it: one sparse row per step."""
+    columns = sorted({k for row in rows.values() for k in row})
+    lines = [",".join(["step", *columns])]
+    for step, row in sorted(rows.items()):
+        lines.append(",".join([str(step), *(str(row.get(c, "")) for c in columns)]))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.csv").write_text("\n".join(lines) + "\n")
 
 
-def test_profile_blocks_matches_closed_form() -> None:
-    # Every position is e_1 (unit, orthogonal to e_0): after the blocks the stream is
-    # e_1 + s e_0 with s the sum of the shifts so far.
-    x = torch.nn.functional.one_hot(torch.tensor(1), 4).float().expand(2, 3, 4)
-    profile = profile_blocks(Known([1.0, 2.0]), x)
-    # Block 1: cos(e_1, e_1 + e_0) = 1/sqrt(2); block 2: cos(e_1 + e_0, e_1 + 3 e_0) =
-    # (1 + 3) / (sqrt(2) sqrt(10)). RMS over 4 features: sqrt((1 + s^2) / 4).
-    assert profile["cos"] == pytest.approx([1 / math.sqrt(2), 4 / math.sqrt(20)])
-    assert profile["rms"] == pytest.approx([math.sqrt(2 / 4), math.sqrt(10 / 4)])
+def probed(profile: dict[str, list[float]]) -> dict[str, float]:
+    """One probe step's row: block_cos/layer_i and act_norm/layer_i of a profile."""
+    row = {f"block_cos/layer_{i}": c for i, c in enumerate(profile["cos"])}
+    return row | {f"act_norm/layer_{i}": r for i, r in enumerate(profile["rms"])}
 
 
-def test_block_profile_of_a_run_is_measured_once_and_kept(
-    tmp_path, tiny_run, compose_cfg, one_thread
-) -> None:
-    run_dir = tmp_path / "run"
-    train.run(compose_cfg([*tiny_run, "model.n_layer=3", f"run_dir={run_dir}"]))
-    (run_dir / ".hydra").mkdir(exist_ok=True)  # a Hydra launch writes it; here by hand
-    cfg = compose_cfg([*tiny_run, "model.n_layer=3", f"run_dir={run_dir}"])
-    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    profile = block_profile(run_dir)
-    assert len(profile["cos"]) == len(profile["rms"]) == 3
-    assert all(-1 <= c <= 1 for c in profile["cos"]) and all(r > 0 for r in profile["rms"])
-    assert json.loads((run_dir / PROFILE).read_text()) == profile
-    (run_dir / "last.ckpt").unlink()  # the kept file answers; nothing is measured again
-    assert block_profile(run_dir) == profile
-    assert block_profile(tmp_path / "missing") is None
+def test_last_profile_reads_the_last_step_every_block_was_probed(tmp_path: Path) -> None:
+    early, late = {"cos": [0.1, 0.2], "rms": [1.0, 2.0]}, {"cos": [0.3, 0.4], "rms": [3.0, 4.0]}
+    partial = {"block_cos/layer_0": 0.9, "act_norm/layer_0": 9.0}  # layer 1 missing at step 40
+    write_metrics(tmp_path / "run", {0: probed(early), 20: probed(late), 40: partial})
+    assert last_profile(tmp_path / "run", 2) == {**late, "step": 20}
+    write_metrics(tmp_path / "none", {0: {"train/loss": 3.0}})
+    assert last_profile(tmp_path / "none", 2) is None
 
 
 # ---------------------------------------------------------------- F9
@@ -74,8 +44,7 @@ def profiled_runs(tmp: Path, name: str, profiles: list[dict], losses: list[float
     runs = []
     for i, (profile, loss) in enumerate(zip(profiles, losses, strict=True)):
         path = tmp / f"{name}-{i}"
-        path.mkdir()
-        (path / PROFILE).write_text(json.dumps(profile))
+        write_metrics(path, {0: probed({"cos": [0.5] * 8, "rms": [1.0] * 8}), 180: probed(profile)})
         runs.append({"run_dir": str(path), "seed": i, "status": "completed", "best_val_loss": loss})
     return runs
 
@@ -111,7 +80,7 @@ def test_f9_fail_and_no_data(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     report = f9_report(tmp_path / "b", PRE, LNS)
     for run in report["variants"][1]["runs"]:
-        Path(run["run_dir"], PROFILE).unlink()  # no profile, no checkpoint to measure
+        write_metrics(Path(run["run_dir"]), {0: {"train/loss": 3.0}})  # the probes were off
     v = by_id(evaluate("f9", report))
     assert v["F9c"].status == "NO DATA" and v["F9a"].status == "PASS"
 
@@ -138,3 +107,11 @@ def test_f11_pass_and_fail() -> None:
     # Post-LN only 0.1 above Pre-LN; Admin 0.1 below Post-LN; Admin 0.1 above Pre-LN at 6.
     assert [v[c].status for c in ("F11a", "F11b", "F11c")] == ["FAIL", "FAIL", "FAIL"]
     assert by_id(evaluate("f11", {"variants": []}))["F11a"].status == "NO DATA"
+
+
+def test_plot_profiles_draws_every_profiled_variant(tmp_path: Path) -> None:
+    report = f9_report(tmp_path, PRE, LNS)
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.json").write_text(json.dumps(report))
+    path = plot_profiles(tmp_path)
+    assert path == tmp_path / "report" / "block_profile.png" and path.stat().st_size > 10_000

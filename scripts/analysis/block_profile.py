@@ -1,15 +1,15 @@
-"""What each block of a trained run does to the residual stream (F9, Sun et al. 2025).
+"""What each block of a run does to the residual stream at its last probe (F9, Sun et al. 2025).
 
-For block i with input x (the stream before it) and output h, over the positions of the run's
-first validation batch, with the final weights (last.ckpt):
+Read from the run's metrics.csv, as the probes logged them on the fixed probe batch
+(training/probes/measures.py): for block i with input x and output h,
 
-    cos_i = mean over positions of cos(x, h)    near 1: the block barely changes its input
-    rms_i = sqrt(mean(h^2))                      the stream's scale after block i
+    block_cos/layer_{i}   mean over positions of cos(x, h)   near 1: the block barely changes x
+    act_norm/layer_{i}    sqrt(mean(h^2))                     the stream's scale after block i
 
-The measurement runs once per run dir and is kept in <run_dir>/block_profile.json; the F9
-claims read it from there. (The training-time probe of the same cosine, block_cos/layer_{i},
-logs it during training on the probe batch; this reads the finished model, so a sweep run
-without that probe still has it.)
+``last_profile`` gives both per block at the last step where every block was probed; F9's claims
+read it, and ``plot_profiles`` draws it for a sweep (report/block_profile.png):
+
+    python -m scripts.analysis.block_profile multirun/reproduce/f9_depth_curse
 """
 
 from __future__ import annotations
@@ -17,68 +17,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-PROFILE = "block_profile.json"
+from scripts.analysis.runs import run_series
 
 
-@torch.no_grad()
-def profile_blocks(model: nn.Module, inputs: torch.Tensor) -> dict[str, list[float]]:
-    """Per block of ``model.blocks``: the mean input/output cosine and the output RMS."""
-    cos: list[float] = []
-    rms: list[float] = []
-
-    def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
-        x, h = args[0].double(), out.double()
-        cos.append(F.cosine_similarity(x, h, dim=-1).mean().item())
-        rms.append(h.square().mean().sqrt().item())
-
-    handles = [b.register_forward_hook(hook) for b in model.blocks]
-    training = model.training
-    try:
-        model.eval()
-        model(inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(training)
-    return {"cos": cos, "rms": rms}
-
-
-def measure_run(run_dir: Path) -> dict[str, list[float]]:
-    """Rebuild the run's data and final model from its dir and profile its blocks."""
-    from omegaconf import OmegaConf
-
-    from training.build import build_data, model_spec
-
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    spec = model_spec(cfg)
-    dm = build_data(cfg, spec)
-    task = spec.task.load_from_checkpoint(run_dir / "last.ckpt", map_location="cpu")
-    inputs = next(iter(dm.val_dataloader()))[0]
-    return profile_blocks(task.model, inputs)
-
-
-def block_profile(run_dir: str | Path) -> dict[str, list[float]] | None:
-    """The run's block profile: read from block_profile.json, else measured and written there;
-    None when the run has no final checkpoint (it diverged, failed or is still running)."""
-    run_dir = Path(run_dir)
-    path = run_dir / PROFILE
-    if path.is_file():
-        return json.loads(path.read_text())
-    if not (run_dir / "last.ckpt").is_file():
+def last_profile(run_dir: str | Path, n_layer: int) -> dict[str, list[float]] | None:
+    """{"cos": [...], "rms": [...]} per block at the run's last probe step that has every
+    block of both; None when the run logged neither probe."""
+    series = {
+        key: [dict(run_series(run_dir, f"{prefix}/layer_{i}")) for i in range(n_layer)]
+        for key, prefix in (("cos", "block_cos"), ("rms", "act_norm"))
+    }
+    steps = set.intersection(*(set(s) for per in series.values() for s in per))
+    if not steps:
         return None
-    profile = measure_run(run_dir)
-    path.write_text(json.dumps(profile) + "\n")
-    return profile
+    last = max(steps)
+    return {key: [s[last] for s in per] for key, per in series.items()} | {"step": last}
 
 
 def plot_profiles(sweep_dir: Path) -> Path:
     """report/block_profile.png of a reported sweep: per variant, the mean over its completed
     runs of each block's 1 - cosine (log scale: how much it changes its input) and output RMS
-    against the block's depth."""
+    against the block's depth, at the last probe."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only
@@ -87,14 +46,15 @@ def plot_profiles(sweep_dir: Path) -> Path:
     report = json.loads((sweep_dir / "report" / "report.json").read_text())
     fig, (ax_cos, ax_rms) = plt.subplots(1, 2, figsize=(10, 4))
     for row in report["variants"]:
+        n_layer = int(row["params"]["n_layer"])
         runs = [r for r in row["runs"] if r["status"] == "completed"]
-        found = [p for p in (block_profile(r["run_dir"]) for r in runs) if p]
+        found = [p for p in (last_profile(r["run_dir"], n_layer) for r in runs) if p]
         if not found:
             continue
-        layers = range(1, len(found[0]["cos"]) + 1)
-        label = f"{row['label']} (n={len(found)})"
-        cos = [sum(p["cos"][i] for p in found) / len(found) for i in range(len(layers))]
-        rms = [sum(p["rms"][i] for p in found) / len(found) for i in range(len(layers))]
+        layers = range(1, n_layer + 1)
+        label = f"{row['label']} (n={len(found)}, step {found[0]['step']})"
+        cos = [sum(p["cos"][i] for p in found) / len(found) for i in range(n_layer)]
+        rms = [sum(p["rms"][i] for p in found) / len(found) for i in range(n_layer)]
         ax_cos.plot(layers, [1 - c for c in cos], marker=".", label=label)
         ax_rms.plot(layers, rms, marker=".", label=label)
     ax_cos.set_yscale("log")

@@ -1,8 +1,8 @@
 """The placements since 2020: the curse of depth and LayerNorm Scaling (F9), Admin (F11).
 
-F9 reads each run's block profile (scripts/analysis/block_profile.py: per block, the mean
-cosine between its input and output and the RMS of its output, from the final weights on the
-first validation batch); F11 and the placement study read best val losses.
+F9 reads each run's block profile at its last probe (scripts/analysis/block_profile.py: per
+block, the mean cosine between its input and output and the RMS of its output, as the
+block_cos and act_norm probes logged them); F11 and the placement study read best val losses.
 
 Thresholds (losses in nats; FAILS and DEEP_OK as in depth.py, CLOSE as in common.py):
     RMS_GROWTH = 1.2   "the output variance grows with depth": the stream's RMS after the last
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from scripts.analysis.block_profile import block_profile
+from scripts.analysis.block_profile import last_profile
 from scripts.analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
@@ -55,9 +55,9 @@ def profiled(report: dict, placement: str) -> dict[str, float]:
         raise NoData(f"deepest depth {depth}: need >= 4 blocks to compare halves")
     row = variant(report, placement=placement, n_layer=depth)
     runs = [r for r in finished(row) if r["status"] == "completed"]
-    found = [halves(p) for p in (block_profile(r["run_dir"]) for r in runs) if p]
+    found = [halves(p) for p in (last_profile(r["run_dir"], depth) for r in runs) if p]
     if len(found) < MIN_SEEDS:
-        raise too_few(row, len(found), "completed runs with a block profile")
+        raise too_few(row, len(found), "completed runs with block_cos and act_norm logged")
     return {k: statistics.fmean(h[k] for h in found) for k in found[0]} | {"depth": depth}
 
 

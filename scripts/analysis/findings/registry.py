@@ -5,8 +5,11 @@ stability).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from scripts.analysis.block_profile import plot_profiles
 from scripts.analysis.findings.common import Check, NoData, Verdict
 from scripts.analysis.findings.depth import (
     deep_others_train,
@@ -85,6 +88,8 @@ class Finding:
     kind: str = "train"  # the mode its runs use: train | init_probe
     plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
     figures: tuple[Figure, ...] = ()  # swept key vs results, drawn into the report as well
+    # Other figures a finding needs, each drawn from the sweep dir into its report/.
+    draws: tuple[Callable[[Path], Path], ...] = ()
 
 
 DEPTH_CLAIMS = (
@@ -279,7 +284,8 @@ FINDINGS: dict[str, Finding] = {
                 no_worse("lns", "pre", every_depth=False),
             ),
         ),
-        plots=("loss_curves.png", "block_profile.png"),  # python -m scripts.analysis.block_profile
+        plots=("block_profile.png", "heat_block_cos.png", "loss_curves.png"),
+        draws=(plot_profiles,),
     ),
     "f10": Finding(
         "f10_entropy",
