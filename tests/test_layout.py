@@ -12,20 +12,27 @@ from tests.test_analysis_runs import find_cycle
 PACKAGES = ("models", "data", "training", "scripts")
 
 
+def module_name(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def project_imports() -> dict[str, set[str]]:
-    """module -> every module it imports (top-level names and deferred imports alike)."""
-    graph: dict[str, set[str]] = {}
+    """module -> every module it imports (top-level names and deferred imports alike);
+    ``from pkg import submodule`` depends on the submodule, not on the package."""
     paths = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    for path in [*paths, ROOT / "train.py"]:
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    paths.append(ROOT / "train.py")
+    modules = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+                found |= subs or {node.module}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names}
-        graph[name] = found
+        graph[module_name(path)] = found
     return graph
 
 
