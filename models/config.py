@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from models.activations import get_activation
 from models.init import check_init
-from models.layers import get_activation
 from models.norms import build_norm, check_causal_norm
 from models.placement import get_placement
 

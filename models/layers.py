@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.activations import get_activation
+from models.config import BlockConfig
 from models.norms import build_norm, get_norm
 from models.placement import Placement, layer_placements
 
-if TYPE_CHECKING:  # config.py imports this module for its checks
-    from models.config import BlockConfig
-
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
-
-# The MLP's elementwise activation, by name (config key model.activation).
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,  # exact, erf-based (Hendrycks & Gimpel 2016)
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's tanh approximation, fused
-    "relu": F.relu,  # the original Transformer's (Vaswani et al. 2017)
-}
-
-
-def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    if name not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation '{name}'; choose model.activation from: {', '.join(ACTIVATIONS)}"
-        )
-    return ACTIVATIONS[name]
 
 
 class Attention(nn.Module):

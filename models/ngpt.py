@@ -26,17 +26,14 @@ under Adam than the matrices get (scale 1/sqrt(d) for alpha, s_qk and s_z; 1 for
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.config import BlockConfig
 from models.layers import MLP, Attention
 from models.placement import Placement
-
-if TYPE_CHECKING:
-    from models.config import BlockConfig
 
 ALPHA_INIT = 0.05  # the paper's alpha_A, alpha_M init, "of order 1 / n_layer"
 

@@ -9,8 +9,9 @@ import torch
 from model_helpers import TINY_GPT, build, randomize_small_params
 from torch import nn
 
+from models.activations import ACTIVATIONS
 from models.gpt import GPTConfig
-from models.layers import ACTIVATIONS, MLP, Attention
+from models.layers import MLP, Attention
 from models.norms import DyT, LayerNorm, RMSNorm, build_norm
 
 
