@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import lightning.pytorch as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
@@ -113,3 +114,13 @@ def fit(task, callbacks, steps: int, tmp_path, **trainer_kwargs) -> tuple[L.Trai
 
 def flat_norm(grads: dict[str, torch.Tensor], prefix: str = "") -> float:
     return float(torch.cat([g.flatten() for n, g in grads.items() if n.startswith(prefix)]).norm())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and do not stall when the cores are shared;
+    importing this fixture into a test module applies it to the whole module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

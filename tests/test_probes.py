@@ -14,7 +14,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from models.gpt import GPT, GPTConfig
 from models.layers import Attention
 from models.vit import ViT, ViTConfig
-from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit, flat_norm
+from tests.probe_helpers import (
+    TINY,
+    Snapshots,
+    TinyTask,
+    batches,
+    fit,
+    flat_norm,
+    one_thread,  # noqa: F401  (autouse, module scope)
+)
 from training.divergence import Divergence, DivergenceConfig
 from training.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
 from training.probes import (
@@ -29,15 +37,6 @@ from training.probes import (
 )
 
 EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and do not stall when the cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------- probes inside a real fit

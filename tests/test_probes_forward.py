@@ -15,7 +15,14 @@ import torch
 from models.gpt import GPT, GPTConfig
 from models.layers import Attention
 from models.vit import ViT, ViTConfig
-from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
+from tests.probe_helpers import (
+    TINY,
+    Snapshots,
+    TinyTask,
+    batches,
+    fit,
+    one_thread,  # noqa: F401  (autouse, module scope)
+)
 from training.probes import (
     PROBES,
     ActMax,
@@ -30,14 +37,6 @@ from training.probes import (
 
 QK = dict(TINY, qk_norm=True, dropout=0.1)
 FORWARD = [n for n, spec in PROBES.items() if spec.measure is not None]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
