@@ -26,36 +26,30 @@ import lightning.pytorch as L
 from omegaconf import DictConfig
 
 from training.build import build, set_threads
-from training.config import check_top_level
 from training.errors import Interrupted, one_line_errors
-from training.launch import job_outcome, launch_scope, launched_as_rank_zero, preflight
+from training.launch import job_outcome, launch_scope, preflight
 from training.loggers import finish_wandb
-from training.rundir import Attempt
+from training.rundir import Attempt, run_in_dir
 from training.summary import result_line
 
 
-def attempt(cfg: DictConfig) -> Attempt:
-    """Skip, resume or start the run ``cfg`` describes; the attempt holds its summary."""
-    check_top_level(cfg)
-    this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
-    if this.finished is not None:
-        this.close()
-        print(f"skip {this.run_dir}: already {this.finished['status']} (resume=false reruns it)")
-        return this
-    error: BaseException | None = None
+def fit(cfg: DictConfig, this: Attempt) -> dict:
+    """Build the run and fit it; wandb's run is closed with the outcome whatever happens."""
     try:
         this.summary["threads"] = set_threads(cfg.num_threads)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         run = build(cfg, this)
         with launch_scope(this.run_dir):
             this.summary.update(run.fit())
-    except BaseException as err:
-        error = err
-        raise
     finally:
-        this.close(error)
         finish_wandb(this.summary)
-    if this.rank_zero:
+    return {}
+
+
+def attempt(cfg: DictConfig) -> Attempt:
+    """Skip, resume or start the run ``cfg`` describes; the attempt holds its summary."""
+    this = run_in_dir(cfg, lambda this: fit(cfg, this))
+    if this.finished is None and this.rank_zero:
         print(result_line(this.summary), flush=True)
     if this.summary["status"] == "interrupted":
         raise Interrupted(this.summary["interrupted_by"])

@@ -1,342 +1,159 @@
-"""Character-level text data: corpus loading through HF datasets, vocabulary, step-indexed batches.
+"""Language-model windows read from memory-mapped token files (prepared by data/tokens.py).
 
-Sources (``TextDataConfig.source``):
-  pydocs      English text of Python's own docs (``pydoc_data.topics``); ships with CPython.
-  text_files  local UTF-8 text files, each file one document.
-  hf_text     a Hugging Face hub dataset id plus its text column (needs the hub, or a warm cache).
-
-The text is split before tokenization: the first ``1 - val_fraction`` of the characters is train,
-the rest is val, contiguous, so no window straddles both. The vocabulary is the sorted set of train
-chars plus one unknown id; val chars never seen in train map to it.
+The train batch of step s is ``batch_size`` random windows of ``block_size + 1`` tokens, their
+starts drawn from ``step_generator(seed, s)``: x is a window's first T tokens, y its last T. Each
+DDP rank gathers only its own rows of that global batch. Validation reads a fixed set of windows
+evenly spaced over the val split: ``val_batches`` batches, or enough to cover ``val_tokens``
+targets when that is set. Only the windows of a batch are ever in memory, never the corpus.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import threading
-from collections.abc import Callable, Iterator
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
-import lightning.pytorch as L
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-SOURCES = ("pydocs", "text_files", "hf_text")
-UNK = "\ufffd"  # shown for chars the train text never contained
-HUB_TIMEOUT_S = 3.0
-_TRUE = {"1", "ON", "YES", "TRUE"}
+from data import corpora
+from data.corpora import load_text  # noqa: F401 (the corpus as one string; tests and tools)
+from data.hub import reachable  # noqa: F401 (importable from here as before: the wandb check)
+from data.steps import StepBatches, StepDataModule, step_generator
+from data.tokenizer import (
+    NAMES,
+    UNK,  # noqa: F401 (a name this module has always exported)
+    CharVocab,
+    Tokenizer,
+    check_vocab_size,
+    from_json,
+)
+from data.tokens import prepare_text
 
 
 @dataclass
 class TextDataConfig:
-    source: str = "pydocs"
-    paths: list[str] = field(default_factory=list)
-    hf_id: str | None = None
+    source: str = "pydocs"  # pydocs | text_files | hf_text (data/corpora.py)
+    paths: list[str] = field(default_factory=list)  # text_files
+    hf_id: str | None = None  # hf_text
     hf_config: str | None = None
     hf_split: str = "train"
+    hf_revision: str | None = None
     text_column: str = "text"
     val_fraction: float = 0.1
     val_batches: int = 8
+    val_tokens: int | None = None  # fixed val windows covering this many targets (overrides)
     max_chars: int | None = None
-    encoding: str = "utf-8"  # for text_files
+    encoding: str = "utf-8"  # text_files
+    tokenizer: str = "char"  # char | bytes | bpe | <tokenizer.json> | <hub id> (data/tokenizer.py)
+    vocab_size: int = 8192  # bpe
+    bpe_train_chars: int | None = 100_000_000  # BPE learns from this many train chars at most
+    cache_dir: str | None = None  # token files; null: $NORMLAB_CACHE or ~/.cache/normlab
+    num_proc: int | None = None  # tokenizing processes; null: 1 below 64 MB, else the cores
+    streaming: bool = False  # hf_text: stream the hub dataset up to max_tokens
+    max_tokens: int | None = None  # streaming: tokens to keep (train + val)
 
 
-# ---------------------------------------------------------------- shared with data/vision.py
-
-
-def step_generator(seed: int, step: int) -> torch.Generator:
-    """The generator behind step ``step``'s batch: a pure function of (seed, step)."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step)
-
-
-class StepBatches(IterableDataset):
-    """Endless batches ``make(step, global_batch)`` for step = start_step, start_step + 1, ...
-
-    Under DDP every rank draws the same global batch (batch_size * world rows) and keeps its own
-    slice, so ranks see disjoint data and one process with world x batch_size sees the same rows.
-    """
-
-    def __init__(self, make: Callable[[int, int], tuple], batch_size: int, start_step: int = 0):
-        self.make, self.batch_size, self.start_step = make, batch_size, start_step
-
-    def __iter__(self) -> Iterator[tuple]:
-        rank, world = 0, 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        rows = slice(rank * self.batch_size, (rank + 1) * self.batch_size)
-        step = self.start_step
-        while True:
-            yield tuple(t[rows] for t in self.make(step, self.batch_size * world))
-            step += 1
-
-
-def _offline_flag() -> bool:
-    return any(
-        os.environ.get(v, "").upper() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def _hub_address() -> tuple[str, int]:
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-
-
-def reachable(host: str, port: int, timeout: float) -> bool:
-    """TCP connect within ``timeout`` seconds, in a thread so that slow DNS cannot stall us."""
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(ok)
-
-
-def load_hub_dataset(hf_id: str, hf_config: str | None, split: str, fallback: str):
-    """``datasets.load_dataset`` that fails in seconds, in one line, when the hub is out of reach.
-
-    Offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) still serves datasets already in the local
-    cache when ``datasets`` itself runs offline; otherwise it fails at once. ``fallback`` is the
-    local alternative named in the message.
-    """
-    import datasets
-
-    where = f"hub dataset {hf_id!r} (split {split!r})"
-    offline = _offline_flag()
-    not_cached = f"{where}: HF_HUB_OFFLINE is set and it is not cached; go online, or {fallback}"
-    # A flag set after `datasets` was imported is unknown to it: it would still use the network.
-    if offline and not datasets.config.HF_HUB_OFFLINE:
-        raise ConnectionError(not_cached)
-    if not offline and not reachable(*_hub_address(), HUB_TIMEOUT_S):
-        raise ConnectionError(
-            f"{where}: cannot reach {_hub_address()[0]} (tried {HUB_TIMEOUT_S:g}s); "
-            f"go online, or {fallback}"
-        )
-    try:
-        return datasets.load_dataset(hf_id, hf_config, split=split)
-    except Exception as err:  # datasets raises many types; the user needs one line either way
-        if offline:
-            raise ConnectionError(not_cached) from err
-        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
-        raise ValueError(
-            f"{where}: {reason}; check data.hf_id, data.hf_config and the split"
-        ) from err
-
-
-# ---------------------------------------------------------------- vocabulary
-
-
-class CharVocab:
-    """index -> char list with one unknown id; encode/decode are vectorized over code points."""
-
-    def __init__(self, chars: list[str], unk_id: int):
-        self.chars, self.unk_id = list(chars), unk_id
-        codes = torch.tensor([ord(c) for c in self.chars], dtype=torch.long)
-        self._table = torch.full((int(codes.max()) + 1,), unk_id, dtype=torch.long)
-        self._table[codes] = torch.arange(len(codes))
-
-    @classmethod
-    def from_text(cls, text: str) -> CharVocab:
-        chars = sorted(set(text))
-        if UNK not in chars:
-            chars.append(UNK)
-        return cls(chars, chars.index(UNK))
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> torch.Tensor:
-        if not text:
-            return torch.zeros(0, dtype=torch.long)
-        codes = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
-        known = codes < len(self._table)
-        return torch.where(known, self._table[codes.clamp(max=len(self._table) - 1)], self.unk_id)
-
-    def decode(self, ids: torch.Tensor | list[int]) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return "".join(self.chars[i] for i in ids)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"chars": self.chars, "unk_id": self.unk_id}))
-
-
-def load_vocab(path: str | Path) -> CharVocab:
-    """Read a vocab.json written by ``TextDataModule.save_vocab`` (e.g. to decode a checkpoint)."""
-    blob = json.loads(Path(path).read_text())
-    return CharVocab(blob["chars"], blob["unk_id"])
-
-
-# ---------------------------------------------------------------- corpora
-
-
-def _pydocs_text() -> list[str]:
-    import datasets
-
-    try:
-        from pydoc_data.topics import topics
-    except ImportError as err:
-        raise FileNotFoundError(
-            "pydoc_data is missing from this Python; use data=text_files data.paths=[...]"
-        ) from err
-    ds = datasets.Dataset.from_dict({"text": [topics[k] for k in sorted(topics)]})
-    return ds["text"]
-
-
-def _file_texts(paths: list[str], encoding: str) -> list[str]:
-    import datasets
-
-    if not paths:
-        raise ValueError("data.source=text_files needs files: set data.paths=[a.txt,b.txt]")
-    for p in paths:
-        if not Path(p).is_file():
-            raise FileNotFoundError(f"text file not found: {p}; fix data.paths")
-        if Path(p).stat().st_size == 0:
-            raise ValueError(f"text file is empty: {p}; remove it from data.paths")
-    files = [str(Path(p).resolve()) for p in paths]
-    try:
-        ds = datasets.load_dataset(
-            "text", data_files=files, sample_by="document", encoding=encoding, split="train"
-        )
-    except Exception as err:
-        if isinstance(err.__cause__, UnicodeDecodeError) or isinstance(err, UnicodeDecodeError):
+def check_config(cfg: TextDataConfig) -> None:
+    """Bad values fail before anything is read, each with the fix."""
+    corpora.check_source(cfg)
+    if not 0.0 < cfg.val_fraction < 1.0:
+        raise ValueError(f"data.val_fraction={cfg.val_fraction} must lie in (0, 1)")
+    if not cfg.tokenizer:
+        raise ValueError(f"data.tokenizer is empty; choose one of {list(NAMES)}")
+    check_vocab_size(cfg.tokenizer, cfg.vocab_size)
+    if cfg.val_tokens is not None and cfg.val_tokens < 1:
+        raise ValueError(f"data.val_tokens={cfg.val_tokens} must be >= 1 or null")
+    if cfg.streaming:
+        if cfg.tokenizer == "char":
             raise ValueError(
-                f"cannot decode data.paths as {encoding}; convert the files to UTF-8 "
-                "or set data.encoding"
-            ) from err
-        raise
-    return ds["text"]
+                "data.streaming=true cannot build a char vocabulary before reading the whole "
+                "stream; use data.tokenizer=bpe or bytes"
+            )
+        if not cfg.max_tokens or cfg.max_tokens < 1:
+            raise ValueError("data.streaming=true needs data.max_tokens=<tokens to keep>")
 
 
-def _hub_texts(cfg: TextDataConfig) -> list[str]:
-    if not cfg.hf_id:
-        raise ValueError("data.source=hf_text needs data.hf_id=<hub dataset id>")
-    fallback = "use data=text_files data.paths=[...] with local files"
-    ds = load_hub_dataset(cfg.hf_id, cfg.hf_config, cfg.hf_split, fallback)
-    if cfg.text_column not in ds.column_names:
-        raise ValueError(
-            f"{cfg.hf_id} has no column {cfg.text_column!r}; set data.text_column to one of "
-            f"{ds.column_names}"
-        )
-    texts, total = [], 0
-    for row in ds.select_columns([cfg.text_column]):
-        texts.append(row[cfg.text_column])
-        total += len(texts[-1]) + 1
-        if cfg.max_chars is not None and total >= cfg.max_chars:
-            break  # large corpora: stop reading once max_chars is covered
-    return texts
-
-
-def load_text(cfg: TextDataConfig) -> str:
-    """The whole corpus as one string, documents joined by newlines, cut to ``max_chars``."""
-    if cfg.source == "pydocs":
-        docs = _pydocs_text()
-    elif cfg.source == "text_files":
-        docs = _file_texts(list(cfg.paths), cfg.encoding)
-    elif cfg.source == "hf_text":
-        docs = _hub_texts(cfg)
-    else:
-        raise ValueError(f"unknown data.source {cfg.source!r}; choose one of {list(SOURCES)}")
-    text = "\n".join(docs)
-    return text[: cfg.max_chars] if cfg.max_chars is not None else text
-
-
-# ---------------------------------------------------------------- datamodule
-
-
-class StepDataModule(L.LightningDataModule):
-    """A datamodule whose train batch for step s depends only on (seed, s): its checkpointed state
-    is the next step to draw, so a resumed run continues the same batch sequence."""
-
-    start_step: int = 0
-
-    def state_dict(self) -> dict:
-        """The next train step to draw; a run restored from it continues the same batch sequence."""
-        trainer = self.trainer
-        if trainer is None:
-            return {"start_step": self.start_step}
-        return {"start_step": trainer.global_step * trainer.accumulate_grad_batches}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.start_step = int(state_dict["start_step"])
+def window_batch(tokens: np.ndarray, offsets: torch.Tensor, block_size: int):
+    """(x, y) for windows starting at ``offsets``: one gather, y is x shifted by one."""
+    view = np.lib.stride_tricks.sliding_window_view(tokens, block_size + 1)
+    chunk = torch.from_numpy(view[offsets.numpy()].astype(np.int64))  # (B, T+1)
+    return chunk[:, :-1], chunk[:, 1:]
 
 
 class TextDataModule(StepDataModule):
-    """Next-character prediction windows over one in-memory token tensor."""
+    """Next-token prediction windows over memory-mapped token files."""
 
     def __init__(self, cfg: TextDataConfig, block_size: int, batch_size: int, seed: int):
         super().__init__()
-        if cfg.source not in SOURCES:
-            raise ValueError(f"unknown data.source {cfg.source!r}; choose one of {list(SOURCES)}")
-        if not 0.0 < cfg.val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction={cfg.val_fraction} must lie in (0, 1)")
+        check_config(cfg)
         if cfg.val_batches < 1 or batch_size < 1 or block_size < 1:
             raise ValueError("data.val_batches, data.batch_size and model.block_size must be >= 1")
         self.cfg, self.block_size, self.batch_size, self.seed = cfg, block_size, batch_size, seed
         self.start_step = 0
-        self.char_vocab: CharVocab | None = None
+        self.tokenizer: Tokenizer | None = None
 
     def setup(self, stage: str | None = None) -> None:
-        if self.char_vocab is not None:
+        if self.tokenizer is not None:
             return
-        text = load_text(self.cfg)
-        n_val = int(len(text) * self.cfg.val_fraction)
-        train_text, val_text = text[: len(text) - n_val], text[len(text) - n_val :]
+        entry, tokenizer = prepare_text(self.cfg)
+        train, val = entry.array("train"), entry.array("val")
         need = self.block_size + 1
-        for name, part in (("train", train_text), ("val", val_text)):
+        if self.cfg.streaming and len(train) < self.batch_size * need:
+            raise ValueError(
+                f"the stream gave {len(train)} train tokens, fewer than one batch "
+                f"({self.batch_size} x {need}); raise data.max_tokens or use a bigger corpus"
+            )
+        for name, part in (("train", train), ("val", val)):
             if len(part) < need:
                 raise ValueError(
-                    f"{name} split has {len(part)} chars but block_size+1={need} are needed; "
+                    f"{name} split has {len(part)} tokens but block_size+1={need} are needed; "
                     "lower model.block_size, adjust data.val_fraction, or use more text"
                 )
-        self.char_vocab = CharVocab.from_text(train_text)
-        self.train_tokens = self.char_vocab.encode(train_text)
-        self.val_tokens = self.char_vocab.encode(val_text)
+        self.cache_path: Path = entry.path
+        self.train_tokens, self.val_tokens = train, val
+        # UTF-8 bytes each id stands for: the task turns val/loss into val/bpb with it.
+        self.token_bytes = torch.from_numpy(tokenizer.token_bytes())
+        self.tokenizer = tokenizer
 
     @property
     def vocab(self) -> list[str]:
-        return self._ready().chars
+        tok = self._ready()
+        if isinstance(tok, CharVocab):
+            return tok.chars
+        return [tok.decode([i]) for i in range(tok.vocab_size)]
 
     @property
     def vocab_size(self) -> int:
-        return len(self._ready())
+        return self._ready().vocab_size
 
     def encode(self, text: str) -> torch.Tensor:
         return self._ready().encode(text)
 
-    def decode(self, ids: torch.Tensor | list[int]) -> str:
+    def decode(self, ids) -> str:
         return self._ready().decode(ids)
 
     def save_vocab(self, path: str | Path) -> None:
-        self._ready().save(path)
+        """The tokenizer as JSON (``load_vocab`` reads it back, e.g. to decode a checkpoint)."""
+        import json
 
-    def _ready(self) -> CharVocab:
-        if self.char_vocab is None:
+        Path(path).write_text(json.dumps(self._ready().to_json()))
+
+    def _ready(self) -> Tokenizer:
+        if self.tokenizer is None:
             raise RuntimeError("call dm.setup() before using the vocabulary or the loaders")
-        return self.char_vocab
+        return self.tokenizer
 
-    def windows(self, tokens: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(x, y) for windows starting at ``offsets``: one gather, y is x shifted by one."""
-        idx = offsets[:, None] + torch.arange(self.block_size + 1)  # (B, T+1)
-        chunk = tokens[idx]
-        return chunk[:, :-1], chunk[:, 1:]
-
-    def train_batch(self, step: int, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
-        """The train batch of optimizer step ``step``: depends on (seed, step) only."""
+    def train_batch(
+        self, step: int, batch_size: int | None = None, rows: slice | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """Rows ``rows`` of optimizer step ``step``'s train batch: depend on (seed, step) only."""
         self._ready()
         high = len(self.train_tokens) - self.block_size  # last start leaving T+1 tokens
         b = batch_size or self.batch_size
         offsets = torch.randint(0, high, (b,), generator=step_generator(self.seed, step))
-        return self.windows(self.train_tokens, offsets)
+        return window_batch(self.train_tokens, offsets[rows or slice(None)], self.block_size)
 
     def train_dataloader(self) -> DataLoader:
         self._ready()
@@ -344,12 +161,25 @@ class TextDataModule(StepDataModule):
             StepBatches(self.train_batch, self.batch_size, self.start_step), batch_size=None
         )
 
+    @property
+    def val_batches(self) -> int:
+        if self.cfg.val_tokens is None:
+            return self.cfg.val_batches
+        return max(1, math.ceil(self.cfg.val_tokens / (self.batch_size * self.block_size)))
+
     def val_dataloader(self) -> DataLoader:
         """``val_batches`` batches of evenly spaced windows over the val split, same every call."""
         self._ready()
-        n = self.cfg.val_batches * self.batch_size
+        n = self.val_batches * self.batch_size
         last = len(self.val_tokens) - self.block_size - 1
         offsets = torch.linspace(0, last, n).round().long()
-        x, y = self.windows(self.val_tokens, offsets)
+        x, y = window_batch(self.val_tokens, offsets, self.block_size)
         batches = list(zip(x.split(self.batch_size), y.split(self.batch_size), strict=True))
         return DataLoader(batches, batch_size=None)
+
+
+def load_vocab(path: str | Path) -> Tokenizer:
+    """The tokenizer a run dir's vocab.json holds (written by ``TextDataModule.save_vocab``)."""
+    import json
+
+    return from_json(json.loads(Path(path).read_text()))

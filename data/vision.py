@@ -1,38 +1,52 @@
-"""Image classification data held in memory as one tensor, with step-indexed train batches.
+"""Image classification batches: uint8 images (data/images.py) converted per batch, step-indexed.
 
-Sources (``ImageDataConfig.source``):
-  digits    scikit-learn's bundled 8x8 digits (1,797 images, 10 classes), no network; a fixed split
-            that does not depend on the run seed.
-  hf_image  a Hugging Face hub dataset id with an image column and an integer label column.
+Per batch, pixels become floats in [0, 1] and are normalized per channel with the train split's
+mean and std, ``x = (u / scale - mean) / std`` (scale 16 for digits, 255 otherwise). Train steps
+walk through epochs without replacement: epoch e is a permutation drawn from (seed, e), step s
+takes its (s mod steps_per_epoch)-th slice. Train batches may then be augmented
+(``data.augment``), with draws that are a pure function of (seed, step) as well:
 
-Pixels are scaled to [0, 1], then normalized per channel with the train split's mean and std.
+  crop  pad by ``crop_padding`` zeros (the mean pixel, after normalization) and crop back to
+        H x W at a random offset in [0, 2 * crop_padding] along each axis
+  flip  mirror left-right with probability 1/2
+
+Val is the val split in its fixed order, never augmented. Digits are split by a permutation
+seeded by SPLIT_SEED (a property of the data, not of the run), as are sets without a val split.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-from data.text import StepBatches, StepDataModule, load_hub_dataset, step_generator
+from data.images import SOURCES, load_digits, prepare_images
+from data.steps import StepBatches, StepDataModule, step_generator, stream_generator
 
-SOURCES = ("digits", "hf_image")
 SPLIT_SEED = 0  # the digits train/val split is a property of the data, not of the run
 
 
 @dataclass
 class ImageDataConfig:
-    source: str = "digits"
+    source: str = "digits"  # digits | hf_image | image_folder (data/images.py)
     hf_id: str | None = None
     hf_config: str | None = None
+    hf_revision: str | None = None
+    path: str | None = None  # image_folder
     image_column: str = "image"
     label_column: str = "label"
     train_split: str = "train"
-    val_split: str | None = "test"  # None: carve val_fraction off the train split
+    val_split: str | None = "test"  # None: carve val_fraction off train; auto: test/validation
     val_fraction: float = 0.2
     image_size: int | None = None  # resize to image_size x image_size when set
+    augment: list[str] = field(default_factory=list)  # crop, flip (train batches only)
+    crop_padding: int = 4
+    cache_dir: str | None = None  # decoded images; null: $NORMLAB_CACHE or ~/.cache/normlab
 
 
 def fixed_split(n: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,115 +58,140 @@ def fixed_split(n: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor
     return perm[n_val:], perm[:n_val]
 
 
-def load_digits() -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(images (N, 1, 8, 8) in [0, 1], labels (N,), num_classes)."""
-    from sklearn.datasets import load_digits as sk_digits
-
-    x, y = sk_digits(return_X_y=True)
-    images = torch.as_tensor(x, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0  # values are 0..16
-    return images, torch.as_tensor(y, dtype=torch.long), 10
+# ---------------------------------------------------------------- augmentations
 
 
-def _hub_split(cfg: ImageDataConfig, split: str) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """(images (N, C, H, W) in [0, 1], labels (N,), label feature) of one hub split."""
-    import numpy as np
+def random_crop(x: torch.Tensor, gen: torch.Generator, n: int, rows: slice, pad: int):
+    """Rows ``rows`` of a global batch of ``n``: pad, then crop back at drawn offsets."""
+    b, _, h, w = x.shape
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, n), generator=gen)[:, rows]
+    padded = F.pad(x, (pad, pad, pad, pad))
+    iy = (dy[:, None] + torch.arange(h))[:, :, None]  # (B, H, 1)
+    ix = (dx[:, None] + torch.arange(w))[:, None, :]  # (B, 1, W)
+    out = padded[torch.arange(b)[:, None, None], :, iy, ix]  # (B, H, W, C)
+    return out.permute(0, 3, 1, 2).contiguous()
 
-    fallback = "use data=digits"
-    ds = load_hub_dataset(cfg.hf_id, cfg.hf_config, split, fallback)
-    missing = [c for c in (cfg.image_column, cfg.label_column) if c not in ds.column_names]
-    if missing:
-        raise ValueError(
-            f"{cfg.hf_id} has no column {missing[0]!r}; set data.image_column / "
-            f"data.label_column from {ds.column_names}"
-        )
-    pics = ds[cfg.image_column]
-    mode = "L" if getattr(pics[0], "mode", "L") in ("L", "1") else "RGB"
-    arrays = []
-    for pic in pics:
-        pic = pic.convert(mode)
-        if cfg.image_size is not None:
-            pic = pic.resize((cfg.image_size, cfg.image_size))
-        arrays.append(np.asarray(pic))
-    if len({a.shape for a in arrays}) > 1 or arrays[0].shape[0] != arrays[0].shape[1]:
-        raise ValueError(f"{cfg.hf_id} images are not all square and equal; set data.image_size")
-    images = torch.as_tensor(np.stack(arrays)).float() / 255.0
-    images = images[:, None] if mode == "L" else images.permute(0, 3, 1, 2)  # (N, C, H, W)
-    labels = torch.as_tensor(ds[cfg.label_column], dtype=torch.long)
-    return images, labels, ds.features[cfg.label_column]
+
+def random_flip(x: torch.Tensor, gen: torch.Generator, n: int, rows: slice, pad: int):
+    flip = (torch.rand(n, generator=gen) < 0.5)[rows]
+    return torch.where(flip[:, None, None, None], x.flip(-1), x)
+
+
+AugmentFn = Callable[[torch.Tensor, torch.Generator, int, slice, int], torch.Tensor]
+AUGMENTS: dict[str, AugmentFn] = {"crop": random_crop, "flip": random_flip}
+
+
+def check_config(cfg: ImageDataConfig, batch_size: int) -> None:
+    if cfg.source not in SOURCES:
+        raise ValueError(f"unknown data.source {cfg.source!r}; choose one of {list(SOURCES)}")
+    if batch_size < 1:
+        raise ValueError(f"data.batch_size={batch_size} must be >= 1")
+    for name in cfg.augment:
+        if name not in AUGMENTS:
+            raise ValueError(f"unknown data.augment {name!r}; choose from {list(AUGMENTS)}")
+    if cfg.crop_padding < 0:
+        raise ValueError(f"data.crop_padding={cfg.crop_padding} must be >= 0")
+
+
+# ---------------------------------------------------------------- the datamodule
+
+
+class _Batches(Dataset):
+    """Batch i of ``index`` converted on access (val: the split in order, no augmentation)."""
+
+    def __init__(self, convert, index: torch.Tensor, batch_size: int):
+        self.convert, self.index, self.batch_size = convert, index, batch_size
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.index) / self.batch_size)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.convert(self.index[i * self.batch_size : (i + 1) * self.batch_size])
 
 
 class ImageDataModule(StepDataModule):
-    """Train batches drawn per step from an in-memory image tensor; val in fixed order."""
+    """Train batches drawn per step from uint8 images; val in fixed order."""
 
     def __init__(self, cfg: ImageDataConfig, batch_size: int, seed: int):
         super().__init__()
-        if cfg.source not in SOURCES:
-            raise ValueError(f"unknown data.source {cfg.source!r}; choose one of {list(SOURCES)}")
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size={batch_size} must be >= 1")
+        check_config(cfg, batch_size)
         self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
         self.start_step = 0
-        self.train_images: torch.Tensor | None = None
+        self.ready = False
         self._perm: tuple[int, torch.Tensor] = (-1, torch.empty(0, dtype=torch.long))
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_images is not None:
+        if self.ready:
             return
         if self.cfg.source == "digits":
-            images, labels, num_classes = load_digits()
-            if self.cfg.image_size is not None and self.cfg.image_size != 8:
-                size = (self.cfg.image_size,) * 2
-                images = F.interpolate(images, size=size, mode="bilinear", antialias=True)
-            train_idx, val_idx = fixed_split(len(images), self.cfg.val_fraction)
-            train_x, train_y, val_x, val_y = (
-                images[train_idx],
-                labels[train_idx],
-                images[val_idx],
-                labels[val_idx],
-            )
+            self._setup_digits()
         else:
-            if not self.cfg.hf_id:
-                raise ValueError("data.source=hf_image needs data.hf_id=<hub dataset id>")
-            train_x, train_y, feature = _hub_split(self.cfg, self.cfg.train_split)
-            if self.cfg.val_split is None:
-                train_idx, val_idx = fixed_split(len(train_x), self.cfg.val_fraction)
-                train_x, train_y, val_x, val_y = (
-                    train_x[train_idx],
-                    train_y[train_idx],
-                    train_x[val_idx],
-                    train_y[val_idx],
-                )
-            else:
-                val_x, val_y, _ = _hub_split(self.cfg, self.cfg.val_split)
-            # A ClassLabel feature knows its class count even if a split misses some classes.
-            num_classes = getattr(feature, "num_classes", None) or int(train_y.max()) + 1
-        mean = train_x.mean(dim=(0, 2, 3), keepdim=True)
-        std = train_x.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
-        self.train_images, self.train_labels = (train_x - mean) / std, train_y
-        self.val_images, self.val_labels = (val_x - mean) / std, val_y
-        self.mean, self.std = mean.flatten(), std.flatten()
-        self.num_classes = num_classes
-        self.in_chans, self.image_size = train_x.shape[1], train_x.shape[-1]
+            self._setup_cached()
+        self.in_chans, self.image_size = self.images.shape[1], self.images.shape[-1]
+        self.ready = True
+
+    def _setup_digits(self) -> None:
+        images, labels, self.num_classes = load_digits()
+        self.scale = 16.0
+        if self.cfg.image_size is not None and self.cfg.image_size != 8:
+            size = (self.cfg.image_size,) * 2
+            pixels = torch.from_numpy(images).float() / self.scale
+            images = F.interpolate(pixels, size=size, mode="bilinear", antialias=True).numpy()
+            self.scale = 1.0
+        self.images, self.labels = images, torch.from_numpy(labels)
+        self.val_images, self.val_labels = images, self.labels
+        self.train_idx, self.val_idx = fixed_split(len(images), self.cfg.val_fraction)
+        train = torch.from_numpy(images[self.train_idx.numpy()]).float() / self.scale
+        self._set_stats(train.mean(dim=(0, 2, 3)), train.std(dim=(0, 2, 3)))
+
+    def _setup_cached(self) -> None:
+        entry = prepare_images(self.cfg)
+        self.num_classes, self.scale = entry.meta["num_classes"], 255.0
+        self.images, self.labels = (
+            entry.array("train_x"),
+            torch.from_numpy(np.array(entry.array("train_y"))),
+        )
+        if "val_x" in entry.meta["arrays"]:
+            self.val_images = entry.array("val_x")
+            self.val_labels = torch.from_numpy(np.array(entry.array("val_y")))
+            self.train_idx = torch.arange(len(self.images))
+            self.val_idx = torch.arange(len(self.val_images))
+        else:
+            self.val_images, self.val_labels = self.images, self.labels
+            self.train_idx, self.val_idx = fixed_split(len(self.images), self.cfg.val_fraction)
+        self._set_stats(*channel_stats(self.images, self.train_idx.numpy(), self.scale))
+
+    def _set_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean, self.std = mean.float(), std.float().clamp_min(1e-6)
+        self._mean, self._std = self.mean.view(1, -1, 1, 1), self.std.view(1, -1, 1, 1)
 
     def _ready(self) -> None:
-        if self.train_images is None:
+        if not self.ready:
             raise RuntimeError("call dm.setup() before using the loaders")
 
-    def train_batch(self, step: int, batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
-        """The train batch of step ``step``, a pure function of (seed, step).
+    def convert(self, images: np.ndarray, idx: torch.Tensor, labels: torch.Tensor):
+        """(normalized float images, labels) of rows ``idx``."""
+        pixels = torch.from_numpy(np.ascontiguousarray(images[idx.numpy()])).float() / self.scale
+        return (pixels - self._mean) / self._std, labels[idx]
 
-        Steps walk through epochs without replacement: epoch e is a permutation drawn from
-        (seed, e), and step s takes its (s mod steps_per_epoch)-th slice (the remainder is dropped).
-        """
+    def train_batch(
+        self, step: int, batch_size: int | None = None, rows: slice | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """Rows ``rows`` of step ``step``'s train batch, a pure function of (seed, step)."""
         self._ready()
-        b, n = batch_size or self.batch_size, len(self.train_images)
+        b, n = batch_size or self.batch_size, len(self.train_idx)
         if b > n:
             raise ValueError(f"batch of {b} exceeds the {n} train images; lower data.batch_size")
+        rows = rows or slice(None)
         epoch, i = divmod(step, n // b)
         if self._perm[0] != epoch:
             self._perm = (epoch, torch.randperm(n, generator=step_generator(self.seed, epoch)))
-        idx = self._perm[1][i * b : (i + 1) * b]
-        return self.train_images[idx], self.train_labels[idx]
+        idx = self.train_idx[self._perm[1][i * b : (i + 1) * b][rows]]
+        x, y = self.convert(self.images, idx, self.labels)
+        for name in self.cfg.augment:
+            gen = stream_generator(self.seed, step, list(AUGMENTS).index(name) + 1)
+            x = AUGMENTS[name](x, gen, b, rows, self.cfg.crop_padding)
+        return x, y
 
     def train_dataloader(self) -> DataLoader:
         self._ready()
@@ -163,11 +202,22 @@ class ImageDataModule(StepDataModule):
     def val_dataloader(self) -> DataLoader:
         """The whole val split, in its fixed order."""
         self._ready()
-        batches = list(
-            zip(
-                self.val_images.split(self.batch_size),
-                self.val_labels.split(self.batch_size),
-                strict=True,
-            )
-        )
-        return DataLoader(batches, batch_size=None)
+
+        def convert(idx: torch.Tensor):
+            return self.convert(self.val_images, idx, self.val_labels)
+
+        return DataLoader(_Batches(convert, self.val_idx, self.batch_size), batch_size=None)
+
+
+def channel_stats(images: np.ndarray, idx: np.ndarray, scale: float, chunk: int = 4096):
+    """Per-channel mean and (unbiased) std of ``images[idx] / scale``, in float64 chunks."""
+    c = images.shape[1]
+    total, squares, count = np.zeros(c), np.zeros(c), 0
+    for start in range(0, len(idx), chunk):
+        part = images[np.sort(idx[start : start + chunk])].astype(np.float64) / scale
+        total += part.sum(axis=(0, 2, 3))
+        squares += (part**2).sum(axis=(0, 2, 3))
+        count += part.shape[0] * part.shape[2] * part.shape[3]
+    mean = total / count
+    var = (squares - count * mean**2) / max(1, count - 1)
+    return torch.from_numpy(mean), torch.from_numpy(np.sqrt(np.maximum(var, 0.0)))

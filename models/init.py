@@ -4,7 +4,8 @@ A base scheme (shared by every placement, so runs differ only in what a sweep va
 Linear weight; embeddings get N(0, 0.02); biases and norm shifts start at 0, norm gains at 1.
 Then DeepNorm's beta multiplies the init of each block's v_proj, out_proj, fc1 and fc2 weights;
 q_proj and k_proj keep gain 1 (Wang et al. 2022, Sec. 2.3). With the Xavier-normal base this is
-exactly xavier_normal_(w, gain=beta).
+exactly xavier_normal_(w, gain=beta). A scheme may also scale all six Linear weights of block l
+(1-based) by a gain of l: DS-Init's 1/sqrt(l) (Zhang et al. 2019), on top of any placement's.
 
 Weight normalization, when asked for, reparametrizes the block Linears after init, so g = ||w_init||
 per output row and the effective weight is the initialized one, DeepNorm's beta included.
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
+
+from models.placement import inverse_sqrt_depth
 
 EMBED_STD = 0.02
 
@@ -34,9 +38,21 @@ def gpt2_normal(weight: torch.Tensor, n_layer: int, residual_out: bool) -> None:
     nn.init.normal_(weight, mean=0.0, std=std)
 
 
-INITS: dict[str, Callable[[torch.Tensor, int, bool], None]] = {
-    "xavier": xavier_normal,
-    "gpt2": gpt2_normal,
+@dataclass(frozen=True)
+class InitScheme:
+    """An INITS entry: the base draw of every Linear weight (weight, n_layer, writes into the
+    residual stream), and the gain of block l's weights, l 1-based (None: no layer gain)."""
+
+    base: Callable[[torch.Tensor, int, bool], None]
+    layer_gain: Callable[[int], float] | None = None
+    paper: str = ""
+
+
+INITS: dict[str, InitScheme] = {
+    "xavier": InitScheme(xavier_normal, paper="Glorot & Bengio 2010"),
+    "gpt2": InitScheme(gpt2_normal, paper="Radford et al. 2019"),
+    # Xavier-normal, block l's weights times 1/sqrt(l): std = sqrt(2 / (fan_in + fan_out) / l).
+    "ds": InitScheme(xavier_normal, layer_gain=inverse_sqrt_depth, paper="Zhang et al. 2019"),
 }
 
 
@@ -49,7 +65,7 @@ def check_init(name: str) -> None:
 def init_weights(model: nn.Module, scheme: str, n_layer: int, beta: float = 1.0) -> None:
     """Initialize `model` (a GPT or ViT exposing `.blocks`) with `scheme`, then apply beta."""
     check_init(name=scheme)
-    base = INITS[scheme]
+    base, layer_gain = INITS[scheme].base, INITS[scheme].layer_gain
     residual_out = set()
     for block in model.blocks:
         residual_out |= {id(block.attn.out_proj), id(block.mlp.fc2)}
@@ -60,9 +76,18 @@ def init_weights(model: nn.Module, scheme: str, n_layer: int, beta: float = 1.0)
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=EMBED_STD)
-    for block in model.blocks:
+    for layer, block in enumerate(model.blocks, start=1):
         for linear in (block.attn.v_proj, block.attn.out_proj, block.mlp.fc1, block.mlp.fc2):
             linear.weight.mul_(beta)
+        if layer_gain is not None:
+            for linear in block_linears(block):
+                linear.weight.mul_(layer_gain(layer))
+
+
+def block_linears(block: nn.Module) -> tuple[nn.Linear, ...]:
+    """q, k, v, out, fc1, fc2 of one block."""
+    a, m = block.attn, block.mlp
+    return a.q_proj, a.k_proj, a.v_proj, a.out_proj, m.fc1, m.fc2
 
 
 def apply_weight_norm(model: nn.Module) -> None:
@@ -71,12 +96,5 @@ def apply_weight_norm(model: nn.Module) -> None:
     The Linears stay nn.Linear (parametrized) and `.weight` stays the effective weight.
     """
     for block in model.blocks:
-        for linear in (
-            block.attn.q_proj,
-            block.attn.k_proj,
-            block.attn.v_proj,
-            block.attn.out_proj,
-            block.mlp.fc1,
-            block.mlp.fc2,
-        ):
+        for linear in block_linears(block):
             weight_norm(linear, name="weight", dim=0)

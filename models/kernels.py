@@ -112,6 +112,21 @@ def register_autograd() -> None:
     )
 
 
+@contextlib.contextmanager
+def unfused():
+    """F.rms_norm inside this block whatever the kernel's state: the kernel's backward has no
+    derivative of its own, so second derivatives (Hessian-vector products) need the plain op."""
+    loaded = _state.get("loaded")
+    _state["loaded"] = False
+    try:
+        yield
+    finally:
+        if loaded is None:
+            _state.pop("loaded", None)
+        else:
+            _state["loaded"] = loaded
+
+
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)  # the input's; the weight is float32
 
 

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.activations import get_activation
+from models.config import BlockConfig
 from models.norms import build_norm, get_norm
 from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
-
-# The MLP's elementwise activation, by name (config key model.activation).
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,  # exact, erf-based (Hendrycks & Gimpel 2016)
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's tanh approximation, fused
-    "relu": F.relu,  # the original Transformer's (Vaswani et al. 2017)
-}
-
-
-def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    if name not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation '{name}'; choose model.activation from: {', '.join(ACTIVATIONS)}"
-        )
-    return ACTIVATIONS[name]
 
 
 class _RowBlocks(torch.autograd.Function):
@@ -72,8 +57,9 @@ class Attention(nn.Module):
 
     Goes through F.scaled_dot_product_attention so a GPU uses the flash / memory-efficient kernels.
     With `qk_norm` (a norm factory; Wortsman et al. 2023) each head's queries and keys are
-    normalized over the head dimension before the dot product; q_norm and k_norm are
-    identities otherwise.
+    normalized over the head dimension before the dot product, with `v_norm` its values too
+    (HybridNorm's QKV-norm); q_norm, k_norm and v_norm are identities otherwise. The logits are
+    q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size).
     """
 
     def __init__(
@@ -84,6 +70,8 @@ class Attention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         qk_norm: NormFactory | None = None,
+        v_norm: NormFactory | None = None,
+        softmax_scale: float | None = None,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -102,6 +90,9 @@ class Attention(nn.Module):
         head_size = n_embd // n_head
         self.q_norm = qk_norm(head_size) if qk_norm else nn.Identity()
         self.k_norm = qk_norm(head_size) if qk_norm else nn.Identity()
+        self.v_norm = v_norm(head_size) if v_norm else nn.Identity()
+        self.softmax_scale = softmax_scale  # None: sdpa's own 1 / sqrt(head_size)
+        self.scale = head_size**-0.5 if softmax_scale is None else softmax_scale
 
     @torch.no_grad()
     def pack_qkv(self) -> None:
@@ -143,7 +134,7 @@ class Attention(nn.Module):
         q, k, v = F.linear(x, weight, bias).split(C, dim=-1)  # (B, T, C) each
         q = self.q_norm(self.split_heads(q))  # (B, nh, T, hs)
         k = self.k_norm(self.split_heads(k))
-        return q, k, self.split_heads(v)
+        return q, k, self.v_norm(self.split_heads(v))
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head queries and keys as they enter the dot product (probes read these)."""
@@ -154,14 +145,22 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x)  # (B, nh, T, hs) each
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+            q,
+            k,
+            v,
+            is_causal=self.causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.softmax_scale,
         )  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(y)
 
 
 class MLP(nn.Module):
-    """fc1 -> activation (ACTIVATIONS) -> fc2, hidden width mlp_ratio * n_embd."""
+    """fc1 -> hidden_scale -> activation (ACTIVATIONS) -> fc2, hidden width mlp_ratio * n_embd.
+
+    hidden_scale is an identity but in nGPT, which scales the hidden units (models/ngpt.py).
+    """
 
     def __init__(
         self,
@@ -177,9 +176,10 @@ class MLP(nn.Module):
         self.fc1 = nn.Linear(n_embd, mlp_ratio * n_embd, bias=bias)
         self.fc2 = nn.Linear(mlp_ratio * n_embd, n_embd, bias=bias)
         self.drop = nn.Dropout(dropout)
+        self.hidden_scale: nn.Module = nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.act(self.fc1(x))))
+        return self.drop(self.fc2(self.act(self.hidden_scale(self.fc1(x)))))
 
     def extra_repr(self) -> str:
         return f"activation={self.activation}"
@@ -203,16 +203,50 @@ class NoSkip(nn.Module):
         return h
 
 
-class InputSkip(nn.Module):
-    """B2T's extra skip (Takase et al. 2023): adds s * x0, the block input, to the MLP branch."""
+class ScaledNorm(nn.Module):
+    """A norm whose output is multiplied by a constant: LayerNorm Scaling's norm(x) / sqrt(l)."""
 
-    def __init__(self, weight: float) -> None:
+    def __init__(self, norm: nn.Module, scale: float) -> None:
         super().__init__()
-        self.weight = weight
+        self.norm, self.scale = norm, scale
 
-    def forward(self, h: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        return torch.add(h, x0, alpha=self.weight)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) * self.scale
 
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:.4g}"
+
+
+class ScaledResidual(nn.Module):
+    """branch + alpha * x, alpha a constant: 1, DeepNorm's (2N)^(1/4), or B2T's weight s of the
+    block input x0 added to the MLP branch (Takase et al. 2023)."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, branch: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        # torch.add(branch, x, alpha=a) is branch + a * x; autograd skips the multiply at a = 1.
+        return torch.add(branch, x, alpha=self.alpha)
+
+
+class OmegaResidual(nn.Module):
+    """Admin's skip (Liu et al. 2020): branch + omega * x, omega learnable per feature, 1 until
+    Stack.profile_init sets it from one forward pass at init."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.omega = nn.Parameter(torch.ones(dim))
+
+    def forward(self, branch: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(branch, x, self.omega)
+
+
+# Residual kind (placement.RESIDUAL_KINDS) -> module, given alpha and the feature size.
+RESIDUALS: dict[str, Callable[[float, int], nn.Module]] = {
+    "scale": lambda alpha, dim: ScaledResidual(alpha),
+    "omega": lambda alpha, dim: OmegaResidual(dim),
+}
 
 # Slot kind (placement.SLOT_KINDS) -> module, given the model's norm factory and the feature size.
 SLOTS: dict[str, Callable[[NormFactory, int], nn.Module]] = {
@@ -225,8 +259,10 @@ SLOTS: dict[str, Callable[[NormFactory, int], nn.Module]] = {
 class Block(nn.Module):
     """One Transformer layer with input x0: an attention and an MLP residual sub-layer,
 
-        h = Post( alpha * x0 + BranchOut( Attn( Pre(x0) ) ) )
-        y = Post( alpha * h  + BranchOut( MLP( Pre(h) ) ) + s * x0 )
+        h = Post( Residual( BranchOut( Attn( Pre(x0) ) ), x0 ) )
+        y = Post( Residual( BranchOut( MLP( Pre(h) ) ) + s * x0, h ) )
+
+    with Residual(b, x) = b + alpha * x, or b + omega * x (Admin). Each placement fills the slots:
 
     Post-LN  (Post = LN):                      y = LN(x + F(x))
     Pre-LN   (Pre = LN):                       y = x + F(LN(x))
@@ -234,28 +270,26 @@ class Block(nn.Module):
     Sandwich (Pre = BranchOut = LN):           y = x + LN(F(LN(x)))
     ReZero   (BranchOut = gate a, init 0):     y = x + a * F(x)
     B2T      (as Post-LN, s = 1):              h = LN(x0 + Attn(x0)); y = LN(x0 + h + MLP(h))
+    Admin    (as Post-LN, skip weight omega):  y = LN(omega * x + F(x))
+    LNS      (Pre-LN, norms scaled 1/sqrt(l)): y = x + F(LN(x) / sqrt(l))
+    Reorder  (BranchOut = LN):                 y = x + LN(F(x))
+    Hybrid   (attention: Post = LN, QKV-norm;  h = LN(x0 + Attn_qkv(x0)); y = h + MLP(h)
+              MLP: no norm)
     Mix-LN: the model gives its first layers Post-LN records and the rest Pre-LN records.
 
-    A slot holds nn.Identity(), a norm or a Gate, and s is 0 but for B2T, so forward has no
-    placement branches. Norm options (`norm_opts`: alpha for dyt, groups for groupnorm) reach
-    every norm; `qk_norm` adds the per-head q/k norm named by the norm's registry entry.
+    A slot holds nn.Identity(), a norm (scaled for LNS) or a Gate, and s is 0 but for B2T, so
+    forward has no placement branches. Norm options (`norm_opts`: alpha for dyt, groups for
+    groupnorm) reach every norm; `qk_norm` (or the placement's QKV-norm) adds the per-head norm
+    named by the norm's registry entry. `layer` is the block's depth l, 1-based.
     """
 
     def __init__(
         self,
-        n_embd: int,
-        n_head: int,
+        cfg: BlockConfig,
         placement: Placement,
-        norm: str = "layernorm",
-        norm_eps: float = 1e-5,
         alpha: float = 1.0,
         causal: bool = True,
-        dropout: float = 0.0,
-        bias: bool = True,
-        mlp_ratio: int = 4,
-        norm_opts: Mapping[str, float] | None = None,
-        qk_norm: bool = False,
-        activation: str = "gelu",
+        layer: int = 1,
     ) -> None:
         super().__init__()
         if placement.layers is not None:
@@ -263,67 +297,54 @@ class Block(nn.Module):
                 f"placement={placement.name} differs by layer; build each Block from "
                 "models.placement.layer_placements(...)"
             )
-        opts = dict(norm_opts or {})
+        scale = placement.norm_scale(layer) if placement.norm_scale else None
 
         def make_norm(dim: int) -> nn.Module:
-            return build_norm(norm, dim, norm_eps, **opts)
+            norm = build_norm(cfg.norm, dim, cfg.norm_eps, **cfg.norm_opts)
+            return norm if scale is None else ScaledNorm(norm, scale)
 
         def make_qk_norm(dim: int) -> nn.Module:
-            return build_norm(get_norm(norm).qk, dim, norm_eps, **opts)
+            return build_norm(get_norm(cfg.norm).qk, dim, cfg.norm_eps, **cfg.norm_opts)
 
+        d = cfg.n_embd
         self.placement_name = placement.name  # per layer: Mix-LN's blocks say post or pre
         self.alpha = alpha
         self.input_skip = placement.input_skip
-        self.mlp_skip = InputSkip(self.input_skip) if self.input_skip else NoSkip()
+        self.mlp_skip = ScaledResidual(self.input_skip) if self.input_skip else NoSkip()
         self.attn = Attention(
-            n_embd,
-            n_head,
+            d,
+            cfg.n_head,
             causal=causal,
-            dropout=dropout,
-            bias=bias,
-            qk_norm=make_qk_norm if qk_norm else None,
+            dropout=cfg.dropout,
+            bias=cfg.bias,
+            qk_norm=make_qk_norm if cfg.qk_norm or placement.qkv_norm else None,
+            v_norm=make_qk_norm if placement.qkv_norm else None,
         )
-        self.mlp = MLP(
-            n_embd, mlp_ratio=mlp_ratio, dropout=dropout, bias=bias, activation=activation
-        )
-        self.attn_drop = nn.Dropout(dropout)
+        self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
+        self.attn_drop = nn.Dropout(cfg.dropout)
         self.attn_pre, self.attn_branch_out, self.attn_post = (
-            SLOTS[kind](make_norm, n_embd) for kind in placement.slots
+            SLOTS[kind](make_norm, d) for kind in placement.attn_slots
         )
         self.mlp_pre, self.mlp_branch_out, self.mlp_post = (
-            SLOTS[kind](make_norm, n_embd) for kind in placement.slots
+            SLOTS[kind](make_norm, d) for kind in placement.mlp_slots
         )
+        self.attn_residual = RESIDUALS[placement.residual](alpha, d)
+        self.mlp_residual = RESIDUALS[placement.residual](alpha, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x0 = x
-        # torch.add(branch, x, alpha=a) is branch + a * x; autograd skips the multiply at a = 1.
         h = self.attn_drop(self.attn(self.attn_pre(x)))
-        x = self.attn_post(torch.add(self.attn_branch_out(h), x, alpha=self.alpha))
+        x = self.attn_post(self.attn_residual(self.attn_branch_out(h), x))
         h = self.mlp_skip(self.mlp_branch_out(self.mlp(self.mlp_pre(x))), x0)
-        x = self.mlp_post(torch.add(h, x, alpha=self.alpha))
-        return x
+        return self.mlp_post(self.mlp_residual(h, x))
 
     def extra_repr(self) -> str:
         return f"{self.placement_name}, alpha={self.alpha:.4g}, input_skip={self.input_skip:g}"
 
 
-def build_blocks(cfg: Any, placement: Placement, alpha: float, causal: bool) -> nn.ModuleList:
-    """The n_layer Blocks of a GPTConfig or ViTConfig (both carry the fields read here)."""
+def build_blocks(cfg: BlockConfig, placement: Placement, alpha: float) -> nn.ModuleList:
+    """The n_layer Blocks of a model's config (Mix-LN: each layer's own placement)."""
+    placements = layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
     return nn.ModuleList(
-        Block(
-            cfg.n_embd,
-            cfg.n_head,
-            layer_placement,
-            norm=cfg.norm,
-            norm_eps=cfg.norm_eps,
-            alpha=alpha,
-            causal=causal,
-            dropout=cfg.dropout,
-            bias=cfg.bias,
-            mlp_ratio=cfg.mlp_ratio,
-            norm_opts=cfg.norm_opts,
-            qk_norm=cfg.qk_norm,
-            activation=cfg.activation,
-        )
-        for layer_placement in layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
+        Block(cfg, p, alpha, causal=cfg.causal, layer=i + 1) for i, p in enumerate(placements)
     )

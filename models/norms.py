@@ -18,8 +18,8 @@ from torch import nn
 from models.kernels import load_rms_norm_kernel, rms_norm
 
 
-class LayerNorm(nn.Module):
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta, biased variance, via the fused kernel."""
+class AffineNorm(nn.Module):
+    """A norm with eps, a per-feature gain gamma (init 1) and shift beta (init 0)."""
 
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -27,11 +27,15 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
-
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class LayerNorm(AffineNorm):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta, biased variance, via the fused kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
@@ -135,24 +139,15 @@ class BatchNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"
 
 
-class InstanceNorm(nn.Module):
+class InstanceNorm(AffineNorm):
     """InstanceNorm (Ulyanov et al. 2016) per sample and feature over the tokens: input (..., T, C),
     statistics over T, biased variance, per-feature gamma and beta. No running statistics."""
-
-    def __init__(self, dim: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T, C = x.shape[-2:]
         seq = x.reshape(-1, T, C).transpose(1, 2)  # (N, C, T)
         y = F.instance_norm(seq, weight=self.weight, bias=self.bias, eps=self.eps)
         return y.transpose(1, 2).reshape(x.shape)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
 def no_norm(dim: int, eps: float = 1e-5) -> nn.Module:

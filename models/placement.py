@@ -2,13 +2,17 @@
 
 One residual sub-layer (attention or MLP) computes
 
-    y = Post( alpha * x + BranchOut( F( Pre(x) ) ) [+ s * x0] )
+    y = Post( Residual( BranchOut( F( Pre(x) ) ), x ) [+ s * x0] ),   Residual(b, x) = b + w * x
 
 Each placement says what each of the three slots holds (the model's norm, nothing, or ReZero's
-learnable gate), how the residual scale alpha and the branch init gain beta follow from the depth,
-the weight s of the block input x0 in the MLP sub-layer's sum (B2T's extra skip; 0 elsewhere),
-whether a final norm follows the last block, and, for Mix-LN, which placement each layer uses.
-The Block in layers.py reads this record; it never branches on a placement's name.
+learnable gate) for the attention and the MLP sub-layer, what weighs the skip (w = alpha, a
+constant from the depth, or Admin's learnable per-feature omega), how alpha and the branch init
+gain beta follow from the depth, the weight s of the block input x0 in the MLP sub-layer's sum
+(B2T's extra skip; 0 elsewhere), a per-layer factor on the slot norms' outputs (LayerNorm
+Scaling), whether the attention normalizes q, k and v (HybridNorm), whether a final norm follows
+the last block, which block computes the layer (nGPT's is its own, models/ngpt.py), which model
+options it refuses, and, for Mix-LN, which placement each layer uses. The Block in layers.py
+reads this record; it never branches on a placement's name.
 """
 
 from __future__ import annotations
@@ -47,37 +51,74 @@ def deepnorm_beta(n_layer: int, kind: str) -> float:
     return deepnorm_alpha_beta(n_layer, kind)[1]
 
 
+def inverse_sqrt_depth(layer: int) -> float:
+    """1 / sqrt(l) for layer l (1-based): LayerNorm Scaling's factor, DS-Init's gain."""
+    return layer**-0.5
+
+
 # What a norm slot of a sub-layer holds (layers.SLOTS builds each): nothing, the model's norm, or
 # a learnable scalar gate on the branch (ReZero's residual weight, init 0).
 SLOT_KINDS = ("none", "norm", "gate")
+# What weighs the skip x in the residual sum (layers.RESIDUALS): the constant alpha, or Admin's
+# learnable per-feature omega, set by profiling one forward pass at init.
+RESIDUAL_KINDS = ("scale", "omega")
+# Which block computes a layer (stack.BLOCK_KINDS): the residual Block of layers.py, or nGPT's
+# normalized block (models/ngpt.py) whose states and weights live on the unit sphere.
+BLOCK_KINDS = ("residual", "normalized")
+Slots = tuple[str, str, str]  # (pre, branch_out, post)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Slots of one residual sub-layer, the B2T skip, the depth rules for alpha and beta, and,
-    for placements that differ by layer, the rule that names each layer's placement."""
+    """Slots of the two residual sub-layers, the skip's weight, the B2T skip, the depth rules for
+    alpha, beta and the norms' scale, the block kind, refused options, and, for placements that
+    differ by layer, the rule that names each layer's placement."""
 
     name: str
     pre: str = "none"  # slot on the branch input
     branch_out: str = "none"  # slot on the branch output, before the residual add
     post: str = "none"  # slot after the residual add
+    mlp: Slots | None = None  # the MLP sub-layer's (pre, branch_out, post); None: as attention's
+    residual: str = "scale"  # RESIDUAL_KINDS: what weighs the skip
     final_norm: bool = False  # one more norm after the last block
     # Weight of the block's input in the MLP sub-layer's residual sum (B2T: 1, others: 0).
     input_skip: float = 0.0
     alpha: Callable[[int, str], float] = unit_scale  # residual scale from (n_layer, kind)
     beta: Callable[[int, str], float] = unit_scale  # init gain of v, out, fc1, fc2
+    # Layer l (1-based) -> factor on the output of each slot norm in it; None: no factor.
+    norm_scale: Callable[[int], float] | None = None
+    qkv_norm: bool = False  # the attention normalizes each head's q, k and v
+    block: str = "residual"  # BLOCK_KINDS
+    # (model config field, value, why and the fix): combinations the model refuses to build.
+    refuses: tuple[tuple[str, object, str], ...] = ()
     # (n_layer, mix_fraction) -> one placement name per layer; None: every layer is this one.
     layers: Callable[[int, float], list[str]] | None = None
     paper: str = ""
 
     def __post_init__(self) -> None:
-        for slot in (self.pre, self.branch_out, self.post):
+        for slot in (*self.attn_slots, *self.mlp_slots):
             if slot not in SLOT_KINDS:
                 raise ValueError(f"unknown slot kind '{slot}'; choose one of: {SLOT_KINDS}")
+        for value, kinds in ((self.residual, RESIDUAL_KINDS), (self.block, BLOCK_KINDS)):
+            if value not in kinds:
+                raise ValueError(f"unknown kind '{value}'; choose one of: {kinds}")
 
     @property
-    def slots(self) -> tuple[str, str, str]:
+    def attn_slots(self) -> Slots:
         return self.pre, self.branch_out, self.post
+
+    @property
+    def mlp_slots(self) -> Slots:
+        return self.attn_slots if self.mlp is None else self.mlp
+
+    def check(self, model_cfg: object) -> None:
+        """Refuse the model options this placement cannot honour, naming the fix."""
+        for field, value, fix in self.refuses:
+            if getattr(model_cfg, field) == value:
+                shown = str(value).lower() if isinstance(value, bool) else value
+                raise ValueError(
+                    f"model.{field}={shown} does not combine with placement={self.name}: {fix}"
+                )
 
     @property
     def uses_deepnorm_scales(self) -> bool:
@@ -112,6 +153,48 @@ PLACEMENTS: dict[str, Placement] = {
         Placement("mix", final_norm=True, layers=mix_layers, paper="Li 2024"),
         Placement("b2t", post="norm", input_skip=1.0, paper="Takase 2023"),
         Placement("rezero", branch_out="gate", paper="Bachlechner 2020"),
+        # Post-LN whose skip is weighted per feature by omega, from one profiling pass at init.
+        Placement("admin", post="norm", residual="omega", paper="Liu 2020"),
+        # Pre-LN whose norm outputs in layer l are scaled by 1/sqrt(l); the final norm is not.
+        Placement(
+            "lns", pre="norm", final_norm=True, norm_scale=inverse_sqrt_depth, paper="Sun 2025"
+        ),
+        # The norm on the branch output only; the stream itself is never normalized, so a final
+        # norm follows (OLMo 2 keeps one).
+        Placement("reorder", branch_out="norm", final_norm=True, paper="OLMo 2, 2024"),
+        # As the official code computes it: h = Norm(x + Attn_qkvnorm(x)); y = h + FFN(h), i.e.
+        # the FFN sub-layer is FFN(Norm(Y)) + Norm(Y); the last FFN's sum is not normalized.
+        Placement(
+            "hybrid",
+            post="norm",
+            mlp=("none", "none", "none"),
+            qkv_norm=True,
+            final_norm=True,
+            refuses=(
+                ("qk_norm", True, "it normalizes q, k and v itself; set model.qk_norm=false"),
+            ),
+            paper="Zhuo 2025",
+        ),
+        # nGPT: its own block on the unit sphere (models/ngpt.py), no norm slots, no final norm;
+        # the model's norm is not used.
+        Placement(
+            "ngpt",
+            block="normalized",
+            refuses=(
+                ("qk_norm", True, "it normalizes q and k itself; set model.qk_norm=false"),
+                (
+                    "weight_norm",
+                    True,
+                    "its weights are renormalized to unit norm; set model.weight_norm=false",
+                ),
+                (
+                    "init",
+                    "ds",
+                    "its weights are normalized, so a scaled init is lost; use model.init=xavier",
+                ),
+            ),
+            paper="Loshchilov 2024",
+        ),
     )
 }
 

@@ -24,11 +24,10 @@ if str(ROOT) not in sys.path:  # run as a file: make the project root importable
     sys.path.insert(0, str(ROOT))
 
 from training.build import build_data, model_config, model_spec, set_threads  # noqa: E402
-from training.config import check_top_level  # noqa: E402
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
 from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
-from training.launch import job_outcome, launched_as_rank_zero, preflight  # noqa: E402
-from training.rundir import Attempt  # noqa: E402
+from training.launch import job_outcome, preflight  # noqa: E402
+from training.rundir import Attempt, run_in_dir  # noqa: E402
 
 
 def probe(cfg: DictConfig) -> dict:
@@ -47,31 +46,22 @@ def probe(cfg: DictConfig) -> dict:
         raise ConfigError(str(err)) from err
 
 
+def probe_in_dir(cfg: DictConfig, this: Attempt) -> dict:
+    set_threads(cfg.num_threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    result = probe(cfg)
+    write_probe_json(result, this.run_dir / "probe.json")
+    print(format_table(result), flush=True)
+    # The probed placements, not the config's placement node (it plays no part here).
+    placements = ",".join(cfg.init_probe.placements)
+    return {**result, "status": "completed", "steps": 0, "placement": placements}
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
-    check_top_level(cfg)
-    this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
-    if this.finished is not None:
-        this.close()
-        print(f"skip {this.run_dir}: already {this.finished['status']} (resume=false reruns it)")
-        return job_outcome(this.finished, skipped=True)
-    error: BaseException | None = None
-    try:
-        set_threads(cfg.num_threads)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        result = probe(cfg)
-        write_probe_json(result, this.run_dir / "probe.json")
-        print(format_table(result), flush=True)
-        # The probed placements, not the config's placement node (it plays no part here).
-        placements = ",".join(cfg.init_probe.placements)
-        this.summary.update(result, status="completed", steps=0, placement=placements)
-    except BaseException as err:
-        error = err
-        raise
-    finally:
-        this.close(error)
-    return job_outcome(this.summary, skipped=False)
+    this = run_in_dir(cfg, lambda this: probe_in_dir(cfg, this))
+    return job_outcome(this.finished or this.summary, skipped=this.finished is not None)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
 f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every placement at
-depth). Each sweep runs as ``python train.py -m
+depth), f8 (the residual stream, Pre-LN vs Peri-LN), f10 (attention entropy, QK-norm), f12
+(log Z and z-loss). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
 scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
 into <out>/verdict.md and <out>/verdict.json, from the runs that completed or diverged only (a
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -123,6 +125,17 @@ def all_finished(out: Path, n_jobs: int) -> bool:
     return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when this process dies, however it dies (Linux's
+    parent-death signal), so a killed reproduce.py leaves no sweep training on. The sweep's own
+    workers that outlive it are refused by the run dirs' locks (training/rundir.py)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 # The program each kind of finding sweeps with.
 ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
@@ -145,7 +158,9 @@ def run_sweep(
     varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(out / "sweep.log", "a") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+        )
         columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress("{task.description}", *columns, console=console) as bar:
             task = bar.add_task("runs", total=len(jobs))
@@ -313,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     report = compare(out)
     for figure in finding.figures:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
+    for draw in finding.draws:
+        draw(out)
     settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]

@@ -3,7 +3,6 @@ cut metrics, settings that change a result, and names that would escape the swee
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import train
 from tests.test_reliability import metric_rows
 from training.errors import ConfigError, Interrupted, Refused
 from training.launch import path_safe
-from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below, read_checkpoint
+from training.resume import keep_rows_below, read_checkpoint
 from training.rundir import RunDirLock, fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,25 +95,6 @@ def test_ckpt_path_into_a_finished_run_sets_it_aside(tmp_path, tiny_run, compose
     with pytest.raises(Refused, match=r"optim\.lr: 0\.005 -> 0\.01"):
         over = [*tiny_run, "optim.lr=0.01", f"ckpt_path={ckpt}", f"run_dir={tmp_path / 'c'}"]
         train.run(compose_cfg(over))
-
-
-def test_a_full_disk_leaves_the_last_good_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
-    path = tmp_path / "last.ckpt"
-    io = AtomicCheckpointIO()
-    io.save_checkpoint({"step": 1}, path)
-
-    def disk_full(obj, f, *args, **kwargs):
-        f.write(b"partial")
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(DiskError) as err:
-        io.save_checkpoint({"step": 2}, path)
-    monkeypatch.undo()
-    message = str(err.value)
-    assert "\n" not in message and str(tmp_path) in message and "free space" in message
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
-    assert torch.load(path, weights_only=True) == {"step": 1}
 
 
 def test_metrics_cut_in_the_middle_keep_their_good_rows(tmp_path):
@@ -232,3 +212,38 @@ def test_sigterm_from_outside_exits_143_and_the_same_command_resumes(tmp_path, t
     step = torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"]
     assert summary["status"] == "interrupted" and 0 < step < 400
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
+    """reproduce.py starts the sweep with a parent-death signal: SIGKILL the parent, and the
+    child (here a sleeper standing in for `train.py -m`) is terminated too."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; sys.path.insert(0, '.'); "
+         "from scripts.reproduce import die_with_parent; "
+         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+         "preexec_fn=die_with_parent); "
+         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"],
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{child}") and "Z" not in status_of(child):
+            assert time.monotonic() < deadline, "the sweep outlived reproduce.py"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+
+
+def status_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return "Z"

@@ -109,10 +109,12 @@ def test_placement_claims_pass_and_fail() -> None:
             ("pre", 12): [2.9, 2.9],
             ("deepnorm", 12): [2.72, 2.72],
             ("sandwich", 12): [2.8, 2.8],
+            ("admin", 12): [2.7, 2.8],
         }
     )
     v = by_id(evaluate("placements", good))
-    assert {k: x.status for k, x in v.items()} == dict.fromkeys(("P1", "P2", "P3", "P4"), "PASS")
+    claims = ("P1", "P2", "P3", "P4", "P5")
+    assert {k: x.status for k, x in v.items()} == dict.fromkeys(claims, "PASS")
     assert v["P2"].measured["gap"] == pytest.approx(0.15)
     assert v["P1"].measured["gap"] == pytest.approx(3.255 - 2.72)
 
@@ -123,10 +125,11 @@ def test_placement_claims_pass_and_fail() -> None:
             ("pre", 12): [2.9, 2.9],
             ("deepnorm", 12): [3.1, 3.1],  # 0.35 above its 4-layer self
             ("sandwich", 12): [2.8, None],  # a diverged seed
+            ("admin", 12): [3.1, 3.1],
         }
     )
     v = by_id(evaluate("placements", bad))
-    assert [v[c].status for c in ("P1", "P2", "P3", "P4")] == ["FAIL", "PASS", "FAIL", "FAIL"]
+    assert [v[c].status for c in claims] == ["FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
     assert v["P4"].measured["deepest"] == "inf (diverged)"
     one_depth = depth_report(shallow)
     assert by_id(evaluate("placements", one_depth))["P2"].status == "NO DATA"

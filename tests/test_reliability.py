@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import torch
 import train
 from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
-from training.resume import AtomicCheckpointIO, keep_rows_below
+from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -49,7 +50,12 @@ LONG = ["trainer.max_steps=120", "trainer.val_check_interval=10", "checkpoint.ev
 LONG += ["model.dropout=0.1", "logger.csv.flush_logs_every_n_steps=1", "optim.warmup_steps=10"]
 
 
-def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(tmp_path, tiny_run, compose_cfg):
+BPE = ["data.tokenizer=bpe", "data.vocab_size=512"]  # trained once, read from the token cache
+
+
+@pytest.mark.parametrize("data", [[], pytest.param(BPE, marks=pytest.mark.slow, id="bpe")])
+def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(tmp_path, tiny_run, compose_cfg, data):
+    tiny_run = [*tiny_run, *data]
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
         [sys.executable, "train.py", *tiny_run, *LONG, f"hydra.run.dir={killed}"],
@@ -106,20 +112,32 @@ def test_same_command_twice_gives_identical_curves(tmp_path, tiny_run, compose_c
     assert a == b and sum(k == "train/loss" for _, k in a) == 6
 
 
-def test_checkpoint_write_is_all_or_nothing(tmp_path, monkeypatch):
+def dies_half_way(obj, f, *args, **kwargs):
+    f.write(b"PK\x03\x04 half a checkpoint")
+    raise KeyboardInterrupt  # as if the process were killed mid-write
+
+
+def disk_full(obj, f, *args, **kwargs):
+    f.write(b"partial")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "fault,error", [(dies_half_way, KeyboardInterrupt), (disk_full, DiskError)]
+)
+def test_checkpoint_write_is_all_or_nothing(fault, error, tmp_path, monkeypatch):
     path = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
     io.save_checkpoint({"step": 1}, path)
-
-    def dies_half_way(obj, f, *args, **kwargs):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise KeyboardInterrupt  # as if the process were killed mid-write
-
-    monkeypatch.setattr(torch, "save", dies_half_way)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(torch, "save", fault)
+    with pytest.raises(error) as err:
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"step": 1}
+    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary file
+    if error is DiskError:  # one line naming the directory and the fix
+        message = str(err.value)
+        assert "\n" not in message and str(tmp_path) in message and "free space" in message
 
 
 def test_metrics_rows_written_after_the_checkpoint_are_dropped(tmp_path):

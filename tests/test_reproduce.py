@@ -49,7 +49,8 @@ def test_finding_figures_plot_keys_their_sweeps_vary() -> None:
     """Each finding's x-vs-y figure (drawn into the report, copied by --publish) plots a key
     that both sizes of its experiment sweep."""
     figures = [(f, fig) for f in FINDINGS.values() for fig in f.figures]
-    assert {fig.name for _, fig in figures} == {"lr_sweep.png", "acc_vs_batch.png"}
+    names = {"lr_sweep.png", "acc_vs_batch.png", "entropy_vs_lr.png", "log_z_vs_lr.png"}
+    assert {fig.name for _, fig in figures} == names
     for finding, figure in figures:
         assert figure.name in finding.plots
         for size in ("", "_gpu"):

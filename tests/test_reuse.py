@@ -123,3 +123,44 @@ def test_an_unknown_logger_names_the_fix(compose_cfg, tmp_path):
     cfg.logger = OmegaConf.create({"nope": {"x": 1}})
     with pytest.raises(ValueError, match=r"unknown logger 'nope'.*_target_"):
         build_loggers(cfg, tmp_path)
+
+
+def test_the_wandb_sweep_command_lines_compose(compose_cfg):
+    """What `wandb agent` would run: train.py with each grid point as key=value overrides."""
+    import itertools
+
+    import yaml
+
+    from tests.conftest import ROOT
+    from training.launch import preflight
+
+    spec = yaml.safe_load((ROOT / "conf" / "wandb_sweep" / "placement_lr.yaml").read_text())
+    assert spec["program"] == "train.py" and "${args_no_hyphens}" in spec["command"]
+    params = spec["parameters"]
+    grid = [[(k, v) for v in p.get("values", [p.get("value")])] for k, p in params.items()]
+    for point in itertools.product(*grid):
+        args = [f"{k}={v}" for k, v in point]  # ${args_no_hyphens}
+        preflight(args)
+        cfg = compose_cfg(args)
+        assert (cfg.placement.name, cfg.optim.lr) == (point[0][1], point[2][1])
+
+
+def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):
+    from types import SimpleNamespace
+
+    import torch as t
+
+    from training.build import StepLines, parallel_sweep
+
+    assert not parallel_sweep()  # outside a Hydra multirun: the rich bar
+    lines = StepLines("gpt-post-L6-s0", every=5)
+    trainer = SimpleNamespace(is_global_zero=True, max_steps=10, callback_metrics={})
+    for step in range(1, 11):
+        trainer.global_step = step
+        trainer.callback_metrics = {"train/loss": t.tensor(1.0 / step)}
+        lines.on_train_batch_end(trainer, None, None, None, step - 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[gpt-post-L6-s0] step 5/10 train/loss=0.2000",
+        "[gpt-post-L6-s0] step 10/10 train/loss=0.1000",
+    ]

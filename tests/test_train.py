@@ -23,6 +23,7 @@ import train
 from models.gpt import GPT
 from models.norms import NORMS
 from models.placement import PLACEMENTS
+from tests.conftest import TINY_RUN
 from training.build import MODELS, NORM_KEYS, PLACEMENT_KEYS, allow_tf32
 from training.config import node_to, optim_config
 from training.divergence import DivergenceConfig
@@ -35,19 +36,8 @@ from training.task import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask,
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 GROUPS = ("model", "placement", "norm", "data", "optim", "trainer", "logger")
-TINY = [
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "data.batch_size=4",
-    "optim.warmup_steps=2",
-    "trainer.max_steps=3",
-    "trainer.val_check_interval=2",
-    "trainer.log_every_n_steps=1",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "num_threads=1",
-]
+# conftest's tiny run, with the default context, val batches and loggers
+TINY = [o for o in TINY_RUN if not o.startswith(("model.block_size", "data.val_b", "logger="))]
 PROBE_COLUMNS = ("grad_norm/total", "act_norm/layer_0", "update/model", "attn/max_logit")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,7 +62,8 @@ def compose_cfg(overrides: list[str]) -> DictConfig:
     "group,option", [(g, o) for g in GROUPS for o in options(g)], ids=lambda v: str(v)
 )
 def test_every_option_composes_and_builds_its_dataclass(group, option):
-    extra = ["model=vit"] if option in ("digits", "hf_image") else []
+    kind = OmegaConf.load(CONF / group / f"{option}.yaml").get("kind")
+    extra = ["model=vit"] if kind == "image" else []
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     spec = MODELS[cfg.model.name]

@@ -29,8 +29,8 @@ from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError
 from training.launch import launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
-from training.probes import ProbeConfig
-from training.probes import build_callbacks as probe_callbacks
+from training.ngpt import SphereWeights
+from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.resume import (
     AtomicCheckpointIO,
     ResumeCheckpoint,
@@ -154,11 +154,37 @@ class StepProgressBar(RichProgressBar):
         self._update(self.train_progress_bar_id, trainer.global_step)
 
 
+class StepLines(Callback):
+    """Progress as plain lines prefixed by the variant, every tenth of the run: what parallel
+    sweep jobs print instead of progress bars, which would draw over each other."""
+
+    def __init__(self, name: str, every: int) -> None:
+        self.name, self.every = name, max(1, every)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        step = trainer.global_step
+        if trainer.is_global_zero and (step % self.every == 0 or step == trainer.max_steps):
+            loss = trainer.callback_metrics.get("train/loss")
+            text = "" if loss is None else f" train/loss={float(loss):.4f}"
+            print(f"[{self.name}] step {step}/{trainer.max_steps}{text}", flush=True)
+
+
+def parallel_sweep() -> bool:
+    """Whether this job runs beside others (a multirun on the joblib launcher)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from training.errors import in_multirun
+
+    return in_multirun() and "joblib" in str(HydraConfig.get().launcher.get("_target_", ""))
+
+
 def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Callback]:
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
     (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
-    callbacks: list[Callback] = []
-    if cfg.trainer.get("enable_progress_bar", True):
+    callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
+    if cfg.trainer.get("enable_progress_bar", True) and parallel_sweep():
+        callbacks.append(StepLines(str(cfg.name), cfg.trainer.max_steps // 10))
+    elif cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar(leave=True))
     callbacks.append(WandbMetrics())
     probes = node_to(ProbeConfig, cfg.get("probes") or {}, "probes")
@@ -190,6 +216,7 @@ def instantiate_callback(key: str, node: DictConfig) -> Callback:
 
 def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    kwargs["enable_progress_bar"] = any(isinstance(c, StepProgressBar) for c in callbacks)
     try:
         return L.Trainer(
             default_root_dir=run_dir,
@@ -253,6 +280,7 @@ class Run:
             "steps": steps,
             "divergence_reason": reason,
             "interrupted_by": interrupted,
+            **probe_summary(trainer.callbacks),  # loss_spikes
         }
 
 

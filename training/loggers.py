@@ -24,13 +24,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from data.text import reachable
+from data.hub import reachable
 from training.resume import ResumableCSVLogger
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
+SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
 # summary.json fields copied into the wandb run table.
 SUMMARY_FIELDS = (
     "status",
@@ -42,8 +43,9 @@ SUMMARY_FIELDS = (
     "best_val_bpb",
     "final_val_bpb",
     "steps",
+    "loss_spikes",
 )
-SUMMARY_OF = {"val/loss": "min", "val/acc": "max", "train/loss": "min"}
+SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
 
 
@@ -189,7 +191,8 @@ def finish_wandb(summary: dict | None = None) -> None:
         return
     if summary is not None:
         wandb.run.summary.update({k: summary[k] for k in SUMMARY_FIELDS if k in summary})
-        log_model = wandb.run.config.get("logger", {}).get("wandb", {}).get("log_model")
+        config = getattr(wandb.run, "config", None) or {}
+        log_model = config.get("logger", {}).get("wandb", {}).get("log_model")
         ckpt = Path(summary.get("run_dir") or ".") / "last.ckpt"
         if log_model and summary.get("status") == "completed" and ckpt.is_file():
             artifact = wandb.Artifact(f"model-{wandb.run.id}", type="model", metadata=summary)

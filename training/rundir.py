@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,27 @@ class Attempt:
                     raise disk_error(err, self.run_dir / "summary.json") from err
         finally:
             self.lock.release()
+
+
+def run_in_dir(cfg: DictConfig, body: Callable[[Attempt], dict]) -> Attempt:
+    """The attempt ``cfg`` describes: skipped when its dir holds a finished run, else ``body``
+    runs with the dir locked and its result joins summary.json, which is written whatever
+    happens (status failed, with the error, when ``body`` raises)."""
+    from training.config import check_top_level
+    from training.launch import launched_as_rank_zero
+
+    check_top_level(cfg)
+    this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
+    if this.finished is not None:
+        this.close()
+        print(f"skip {this.run_dir}: already {this.finished['status']} (resume=false reruns it)")
+        return this
+    error: BaseException | None = None
+    try:
+        this.summary.update(body(this))
+    except BaseException as err:
+        error = err
+        raise
+    finally:
+        this.close(error)
+    return this

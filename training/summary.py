@@ -50,7 +50,7 @@ def base_summary(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.model.name == "vit":
         summary.update(final_val_acc=None, best_val_acc=None, samples_per_s=None)
     else:
-        summary["tokens_per_s"] = None
+        summary.update(final_val_bpb=None, best_val_bpb=None, tokens_per_s=None)
     return summary
 
 

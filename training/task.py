@@ -57,6 +57,7 @@ class OptimConfig:
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1
     strict_warmup: bool = False  # refuse (not clamp) a warmup longer than the run
+    z_loss: float = 0.0  # coefficient of mean(log Z^2) added to the loss (z_loss_term)
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # a YAML list arrives as a list
@@ -68,6 +69,8 @@ class OptimConfig:
             raise ValueError(
                 f"unknown optim.schedule '{self.schedule}'; choose one of: {', '.join(SCHEDULES)}"
             )
+        if not self.z_loss >= 0.0:
+            raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
         if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(
                 f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "
@@ -85,6 +88,16 @@ def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
         return (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
     return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
+
+
+def z_loss_term(logits: torch.Tensor, coefficient: float) -> torch.Tensor:
+    """PaLM's auxiliary z-loss (Chowdhery et al. 2022; Wortsman et al. 2023):
+
+        coefficient * mean over positions of (log Z)^2,   log Z = logsumexp_v(logits_v)
+
+    It pulls the softmax's log partition function towards 0, so the output logits cannot drift.
+    """
+    return coefficient * logits.float().logsumexp(dim=-1).square().mean()
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -227,6 +240,13 @@ class TrainTask(L.LightningModule):
             for logger in self.loggers:
                 logger.log_metrics(metrics, step=step)
 
+    def on_fit_start(self) -> None:
+        # Admin's omegas (a no-op for other placements): one forward on the first train batch,
+        # at the start of a fresh run only; a resumed run has them from its checkpoint.
+        dm = self.trainer.datamodule
+        if self.trainer.ckpt_path is None and hasattr(dm, "train_batch"):
+            self.model.profile_init(dm.train_batch(0)[0].to(self.device))
+
     def logging_step(self) -> bool:
         return self.global_step % max(1, self.trainer.log_every_n_steps) == 0
 
@@ -240,20 +260,26 @@ class TrainTask(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int):
         inputs, targets = batch
-        _, loss = self(inputs, targets)
+        logits, loss = self(inputs, targets)
         self._step_units += self.count_units(batch)
         # The global batch's loss: every rank decides on divergence from the same number.
         # (a clone: DDP's reduce works in place, and backward still needs this rank's loss)
         mean_loss = float(self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean"))
         self.log("train/loss", mean_loss, prog_bar=True, logger=False)
+        # train/loss stays the cross-entropy; the z-loss term is trained on and logged apart.
+        z_term = z_loss_term(logits, self.optim.z_loss) if self.optim.z_loss else None
         if self.logging_step() and self._step_units == self.count_units(batch):
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-            self.log_rows({"train/loss": mean_loss, "lr": lr}, self.global_step)
+            rows = {"train/loss": mean_loss, "lr": lr}
+            if z_term is not None:
+                z = self.trainer.strategy.reduce(z_term.detach().clone(), reduce_op="mean")
+                rows["train/z_loss"] = float(z)
+            self.log_rows(rows, self.global_step)
         if not math.isfinite(mean_loss):
             self.mark_diverged(self.global_step)
             return None  # no backward: the optimizer finds no gradient and leaves the weights
         self.last_train_loss = mean_loss
-        return loss
+        return loss if z_term is None else loss + z_term
 
     def optimizer_step(self, *args, **kwargs) -> None:
         step = self.global_step
@@ -290,11 +316,12 @@ class TrainTask(L.LightningModule):
         for key, value in sums.items():
             self._val_sums[key] = self._val_sums.get(key, 0.0) + value.detach().double()
 
-    def validation_step(self, batch, batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
         inputs, targets = batch
         _, loss = self(inputs, targets)
         n = targets.new_tensor(float(targets.shape[0]), dtype=torch.float64)
         self.accumulate(loss=loss * n, count=n)
+        return loss
 
     def reduced_val_sums(self) -> dict[str, float]:
         return {
@@ -364,10 +391,41 @@ class TrainTask(L.LightningModule):
 
 
 class LanguageModelTask(TrainTask):
-    """Next-token prediction; the loss is mean cross-entropy in nats per token."""
+    """Next-token prediction; the loss is mean cross-entropy in nats per token. With a datamodule
+    that knows each token's UTF-8 bytes (``token_bytes``), val/bpb = val nats / (ln 2 * bytes)
+    compares runs across tokenizers."""
 
     unit = "tokens"
     model_class, config_class = GPT, GPTConfig
+    TRACKED = (*TrainTask.TRACKED, "last_val_bpb", "best_val_bpb")
+    last_val_bpb: float | None = None
+    best_val_bpb: float | None = None
+
+    def validation_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss, targets = super().validation_step(batch, batch_idx), batch[1]
+        table = getattr(self.trainer.datamodule, "token_bytes", None)
+        if table is not None:  # nats: the mean loss times the targets
+            n_bytes = table.to(targets.device)[targets].sum()
+            self.accumulate(nats=loss * targets.numel(), bytes=n_bytes)
+        return loss
+
+    def val_extras(self, sums: dict[str, float]) -> dict[str, float]:
+        if "bytes" not in sums:
+            return {}
+        return {"val/bpb": sums["nats"] / (math.log(2) * sums["bytes"])}
+
+    def track_val(self, metrics: dict[str, float]) -> None:
+        super().track_val(metrics)
+        if "val/bpb" in metrics:
+            bpb = self.last_val_bpb = metrics["val/bpb"]
+            self.best_val_bpb = bpb if self.best_val_bpb is None else min(self.best_val_bpb, bpb)
+
+    def results(self) -> dict:
+        return {
+            **super().results(),
+            "final_val_bpb": self.last_val_bpb,
+            "best_val_bpb": self.best_val_bpb,
+        }
 
 
 class ImageClassificationTask(TrainTask):

@@ -25,17 +25,14 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from scripts.analysis import xy  # noqa: E402
+from scripts.analysis.heatmaps import write_heatmaps  # noqa: E402
 from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
 from scripts.analysis.runs import Series  # noqa: E402
 from scripts.analysis.variants import Variant, label  # noqa: E402
+from scripts.analysis.xy import series_colors  # noqa: E402
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is
-
-
-def series_colors(labels: list[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10")
-    return {name: cmap(i % 10) for i, name in enumerate(sorted(set(labels)))}
 
 
 def series_label(variant: Variant, fields: list[str]) -> str:
@@ -279,5 +276,15 @@ def write_plots(
             "||F(x,θ_t) − F(x,θ_0)||",
             log_y=True,
         ),
+        lambda: plot_curves(variants, fields, out_dir, ["logits/log_z"], "log_z.png", "mean log Z"),
+        lambda: plot_curves(
+            variants,
+            fields,
+            out_dir,
+            ["sharpness/hessian", "sharpness/preconditioned"],
+            "sharpness.png",
+            "top eigenvalue",
+            log_y=True,
+        ),
     ]
-    return [name for make in makers if (name := make())]
+    return [name for make in makers if (name := make())] + write_heatmaps(variants, out_dir)

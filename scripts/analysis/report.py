@@ -77,13 +77,23 @@ def fmt_throughput(stat: dict[str, Any] | None, unit: str) -> str:
     return f"{stat['mean']:,.0f} {'tok/s' if unit == 'tokens_per_s' else 'samples/s'}"
 
 
+# The stability probes' per-run scalars (runs.PROBE_RESULTS): column title and digits, shown
+# when some variant has them (over completed and diverged runs).
+PROBE_COLUMNS = {
+    "loss_spikes": ("loss spikes", 1),
+    "final_sharpness": ("final sharpness", 1),
+    "min_attn_entropy": ("min attn entropy", 3),
+}
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     rows = report["variants"]
     extra = [f for f in report["variant_fields"] if f not in CANONICAL]
     has_acc = any(r["best_val_acc"] for r in rows)
+    probed = [k for k in PROBE_COLUMNS if any(r.get(k) for r in rows)]
     head = ["model", "placement", "norm", "depth", "lr", "warmup", *extra, "seeds", "status"]
     head += ["best val loss", "final val loss", *(["best val acc"] if has_acc else [])]
-    head += ["diverged at step", "throughput"]
+    head += ["diverged at step", "throughput", *(PROBE_COLUMNS[k][0] for k in probed)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p, n = r["params"], r["n_runs"]
@@ -97,6 +107,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         cells += [fmt_stat(r["best_val_acc"], 3, n)] if has_acc else []
         cells += [", ".join(map(str, r["diverged_at_steps"])) or "–"]
         cells += [fmt_throughput(r["throughput"], r["throughput_unit"])]
+        cells += [fmt_stat(r.get(k), PROBE_COLUMNS[k][1]) for k in probed]
         lines.append("| " + " | ".join("–" if c is None else str(c) for c in cells) + " |")
     return "\n".join(lines)
 

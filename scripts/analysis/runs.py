@@ -11,6 +11,7 @@ flattener, the one summary reader and the one log-log slope fit.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import math
 import statistics
@@ -46,6 +47,14 @@ RESULTS: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("throughput/tokens_per_s", "mean"),
     "samples_per_s": ("throughput/samples_per_s", "mean"),
 }
+# Per-run scalars of the stability probes (training/probes/), read the same way; a metric name
+# with "*" pools every series it matches (e.g. every layer's).
+PROBE_RESULTS: dict[str, tuple[str, str]] = {
+    "loss_spikes": ("train/loss_spikes", "max"),
+    "final_sharpness": ("sharpness/hessian", "last"),
+    "min_attn_entropy": ("attn/entropy_min/layer_*", "min"),
+}
+RESULTS.update(PROBE_RESULTS)
 RUN_FIELDS = ("status", "steps", "diverged_at_step", *RESULTS, "wall_s")
 SKIP_DIRS = {"wandb", ".hydra", "__pycache__", "report", "checkpoints", "lightning_logs"}
 
@@ -239,7 +248,8 @@ class Run:
         value = finite(self.summary.get(name))
         if value is None and name in RESULTS:
             metric, how = RESULTS[name]
-            values = [v for _, v in self.metrics.get(metric, [])]
+            names = fnmatch.filter(self.metrics, metric) if "*" in metric else [metric]
+            values = [v for m in names for _, v in self.metrics.get(m, [])]
             if values:
                 reduce = {"min": min, "max": max, "last": lambda x: x[-1]}
                 value = reduce.get(how, statistics.fmean)(values)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scripts.analysis.runs import CANONICAL, RUN_FIELDS, Run, finite
+from scripts.analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
 
 
 def sort_key(value: Any) -> tuple:
@@ -86,6 +86,7 @@ class Variant:
     def row(self) -> dict[str, Any]:
         """This variant's report.json entry; loss and acc stats over completed runs only."""
         done = [r for r in self.runs if r.status == "completed"]
+        ran = [r for r in self.runs if r.status in FINISHED]
         unit = (
             "tokens_per_s" if any(r.result("tokens_per_s") for r in self.runs) else "samples_per_s"
         )
@@ -106,6 +107,7 @@ class Variant:
             ),
             "throughput": stats(r.result(unit) for r in self.runs),
             "throughput_unit": unit,
+            **{k: stats(r.result(k) for r in ran) for k in PROBE_RESULTS},  # diverged runs too
             "runs": [run_record(r) for r in sorted(self.runs, key=lambda r: sort_key(r.seed))],
         }
 

@@ -34,6 +34,13 @@ REDUCE = {
 }
 
 
+def series_colors(labels: list[str]) -> dict[str, Any]:
+    """One color per series name; tab20 past ten series, so no two share a color."""
+    names = sorted(set(labels))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
 def save(fig: plt.Figure, out_dir: Path, name: str) -> str:
     """Write ``fig`` as out_dir/name, legends outside the axes included; return the name."""
     fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")
@@ -158,7 +165,7 @@ def plot_xy(
         return None
     scale = x_scale(x, values)
     position = (lambda value: value) if scale else (lambda value: values.index(value))
-    colors = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(series)}
+    colors = series_colors(list(series))
     size = (5.2 * len(ys) + 2.2, 3.8)
     fig, axes = plt.subplots(1, len(ys), figsize=size, squeeze=False, layout="constrained")
     any_diverged = False

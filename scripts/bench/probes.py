@@ -22,7 +22,7 @@ from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from training.probes import ProbeConfig, build_callbacks
+from training.probes import ProbeConfig, probe_callbacks
 
 
 class Holder(nn.Module):
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randint(0, cfg.vocab_size, shape, device=device)
     y = torch.randint(0, cfg.vocab_size, shape, device=device)
     probes = ProbeConfig()
-    callbacks = build_callbacks(probes, probe_batch=x[: probes.batch_size].cpu())
+    callbacks = probe_callbacks(probes, probe_batch=x[: probes.batch_size].cpu())
     trainer = fake_trainer()
     for cb in callbacks:
         cb.setup(trainer, module, "fit")

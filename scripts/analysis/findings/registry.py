@@ -1,11 +1,15 @@
 """The published claims each reproduction checks: every finding, its experiment, its claims and
-the check that decides each (the checks live in one module per family: init, depth, norms, lr).
+the check that decides each (the checks live in one module per family: init, depth, norms, lr,
+stability).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from scripts.analysis.block_profile import plot_profiles
 from scripts.analysis.findings.common import Check, NoData, Verdict
 from scripts.analysis.findings.depth import (
     deep_others_train,
@@ -34,8 +38,29 @@ from scripts.analysis.findings.norms import (
     f7_token_norms_flat,
     rmsnorm_matches,
 )
+from scripts.analysis.findings.placements import (
+    f9_late_blocks_idle,
+    f9_lns_lowers_cos,
+    f9_rms_grows,
+    no_worse,
+    stalls_above,
+)
+from scripts.analysis.findings.stability import (
+    KIM,
+    ZHAI,
+    f8_peri_bounded,
+    f8_pre_grows_in_training,
+    f8_pre_grows_with_depth,
+    f10_collapse_is_instability,
+    f10_entropy_collapses,
+    f10_qk_prevents,
+    f12_log_z_drifts,
+    f12_z_loss_costs_nothing,
+    f12_z_loss_keeps_small,
+)
 
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+SUN = "Sun et al. 2025"
 
 
 @dataclass(frozen=True)
@@ -63,6 +88,8 @@ class Finding:
     kind: str = "train"  # the mode its runs use: train | init_probe
     plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
     figures: tuple[Figure, ...] = ()  # swept key vs results, drawn into the report as well
+    # Other figures a finding needs, each drawn from the sweep dir into its report/.
+    draws: tuple[Callable[[Path], Path], ...] = ()
 
 
 DEPTH_CLAIMS = (
@@ -190,7 +217,7 @@ FINDINGS: dict[str, Finding] = {
     ),
     "placements": Finding(
         "placements_depth",
-        "Placements at depth without warmup: which train deep",
+        "The placements league: every placement at two depths without warmup",
         (
             Claim("P1", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
             Claim("P2", "Pre-LN trains at the deepest depth", XIONG, trains_deep("pre")),
@@ -201,8 +228,137 @@ FINDINGS: dict[str, Finding] = {
                 "Ding et al. 2021; Kim et al. 2025",
                 trains_deep("sandwich"),
             ),
+            Claim("P5", "Admin trains at the deepest depth", LIU, trains_deep("admin")),
         ),
         plots=("best_val_vs_depth.png",),
+    ),
+    "f8": Finding(
+        "f8_residual",
+        "F8: the residual stream of Pre-LN grows with depth and training; Peri-LN bounds it",
+        (
+            Claim(
+                "F8a",
+                "In Pre-LN the residual stream's RMS grows with depth",
+                KIM,
+                f8_pre_grows_with_depth,
+            ),
+            Claim(
+                "F8b",
+                "In Pre-LN the residual stream's RMS and largest values grow in training",
+                KIM,
+                f8_pre_grows_in_training,
+            ),
+            Claim(
+                "F8c",
+                "Peri-LN (sandwich) keeps the residual stream's RMS and largest values "
+                "well below Pre-LN's",
+                KIM,
+                f8_peri_bounded,
+            ),
+        ),
+        plots=("heat_act_norm.png", "heat_act_max.png", "loss_curves.png"),
+    ),
+    "f9": Finding(
+        "f9_depth_curse",
+        "F9: the curse of depth in Pre-LN, and LayerNorm Scaling",
+        (
+            Claim(
+                "F9a",
+                "Pre-LN's residual stream RMS still grows in the later half",
+                SUN,
+                f9_rms_grows,
+            ),
+            Claim(
+                "F9b",
+                "Pre-LN's later blocks barely change their input (cosine near 1)",
+                SUN,
+                f9_late_blocks_idle,
+            ),
+            Claim(
+                "F9c", "LayerNorm Scaling lowers the later half's cosine", SUN, f9_lns_lowers_cos
+            ),
+            Claim(
+                "F9d",
+                "LayerNorm Scaling ends no worse than Pre-LN",
+                SUN,
+                no_worse("lns", "pre", every_depth=False),
+            ),
+        ),
+        plots=("block_profile.png", "heat_block_cos.png", "loss_curves.png"),
+        draws=(plot_profiles,),
+    ),
+    "f10": Finding(
+        "f10_entropy",
+        "F10: attention entropy collapse at high learning rates, and QK-norm",
+        (
+            Claim(
+                "F10a",
+                "Without QK-norm attention entropy collapses at high learning rates",
+                ZHAI,
+                f10_entropy_collapses,
+            ),
+            Claim("F10b", "QK-norm prevents the entropy collapse", ZHAI, f10_qk_prevents),
+            Claim(
+                "F10c",
+                "The runs whose entropy collapsed are the ones that stall (end worse)",
+                ZHAI,
+                f10_collapse_is_instability,
+            ),
+        ),
+        plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "sharpness.png"),
+        figures=(
+            Figure(
+                "entropy_vs_lr.png",
+                "optim.lr",
+                ("min_attn_entropy", "max:attn/max_logit", "best_val_loss"),
+            ),
+        ),
+    ),
+    "f11": Finding(
+        "f11_admin",
+        "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls",
+        (
+            Claim("F11a", "Post-LN stalls at the deepest depth", LIU, stalls_above("post", "pre")),
+            Claim(
+                "F11b",
+                "Admin trains at the depth where Post-LN stalls",
+                LIU,
+                stalls_above("post", "admin"),
+            ),
+            Claim(
+                "F11c",
+                "Admin ends at least as well as Pre-LN at every depth",
+                LIU,
+                no_worse("admin", "pre", every_depth=True),
+            ),
+        ),
+        plots=("loss_curves.png", "best_val_vs_depth.png"),
+    ),
+    "f12": Finding(
+        "f12_z_loss",
+        "F12: output logit drift (log Z) at high learning rates, and z-loss",
+        (
+            Claim(
+                "F12a",
+                "Without z-loss log Z drifts away from 0 at high learning rates",
+                WORTSMAN,
+                f12_log_z_drifts,
+            ),
+            Claim(
+                "F12b",
+                "z-loss 1e-4 keeps |log Z| small at a high learning rate",
+                WORTSMAN,
+                f12_z_loss_keeps_small,
+            ),
+            Claim(
+                "F12c",
+                "z-loss 1e-4 costs no final loss at the default learning rate",
+                WORTSMAN,
+                f12_z_loss_costs_nothing,
+            ),
+        ),
+        plots=("log_z.png", "log_z_vs_lr.png", "loss_curves.png"),
+        figures=(Figure("log_z_vs_lr.png", "optim.lr", ("last:logits/log_z", "best_val_loss")),),
     ),
 }
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

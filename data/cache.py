@@ -1,0 +1,206 @@
+"""The on-disk cache of prepared data: a directory per fingerprint, built once, trusted only whole.
+
+    <cache_dir>/<kind>/<label>-<sha256(fingerprint)[:16]>/   meta.json + the arrays it lists
+
+An entry is built in a temporary sibling directory and renamed into place when complete, under a
+file lock, so a build killed half way is never read, and two jobs that need the same entry at once
+build it once: the second waits for the lock, then finds the entry. meta.json, written last,
+records the fingerprint and every file's size; an entry whose meta is missing, unreadable, of
+another fingerprint, or whose files differ in size is rebuilt, never trained on.
+
+``cache_dir`` defaults to $NORMLAB_CACHE, else $XDG_CACHE_HOME/normlab, else ~/.cache/normlab.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = 1  # bump when the layout of an entry changes: old entries are then rebuilt
+META = "meta.json"
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("NORMLAB_CACHE"):
+        return Path(os.environ["NORMLAB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "normlab"
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+
+
+def entry_dir(root: Path, kind: str, label: str, fingerprint: dict) -> Path:
+    blob = json.dumps({"format": FORMAT, **fingerprint}, sort_keys=True, default=str)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return root / kind / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)[:60]}-{digest}"
+
+
+class NoRoomError(ValueError):
+    """The cache's disk cannot hold what is to be written; the message names the fix."""
+
+
+def no_room(where: Path, need: int | None = None) -> NoRoomError:
+    free = shutil.disk_usage(_existing(where)).free
+    need_s = f"needs about {need / 2**20:.0f} MB, " if need else ""
+    return NoRoomError(
+        f"no room for the data cache in {where} ({need_s}{free / 2**20:.0f} MB free); "
+        "free space there or set data.cache_dir=<a directory on a bigger disk>"
+    )
+
+
+def check_room(where: Path, need: int) -> None:
+    """Fail before writing when the disk clearly cannot hold ``need`` bytes."""
+    if shutil.disk_usage(_existing(where)).free < need:
+        raise no_room(where, need)
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+# ---------------------------------------------------------------- reading an entry
+
+
+@dataclass
+class Entry:
+    path: Path
+    meta: dict
+
+    def array(self, name: str, mode: str = "r") -> np.ndarray:
+        """A memory-mapped array of the entry (dtype and shape from meta.json)."""
+        spec = self.meta["arrays"][name]
+        shape = tuple(spec["shape"])
+        if int(np.prod(shape)) == 0:
+            return np.zeros(shape, dtype=spec["dtype"])
+        return np.memmap(self.path / spec["file"], dtype=spec["dtype"], mode=mode, shape=shape)
+
+
+def problem(path: Path, fingerprint: dict) -> str | None:
+    """Why the entry at ``path`` cannot be trusted, or None when it can."""
+    try:
+        meta = json.loads((path / META).read_text())
+    except (OSError, ValueError):
+        return f"{META} is missing or unreadable"
+    if meta.get("format") != FORMAT or meta.get("fingerprint") != _plain(fingerprint):
+        return "its fingerprint does not match"
+    for name, spec in meta["arrays"].items():
+        file = path / spec["file"]
+        want = int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
+        have = file.stat().st_size if file.exists() else -1
+        if have != want and want:
+            return f"{spec['file']} holds {max(have, 0)} bytes, not {want} ({name})"
+    return None
+
+
+def _plain(value: dict) -> dict:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+# ---------------------------------------------------------------- building an entry
+
+
+def prepared(path: Path, fingerprint: dict, build: Callable[[Path], dict], log=print) -> Entry:
+    """The entry at ``path``, built by ``build(tmp_dir) -> {"arrays": ..., ...}`` if needed."""
+    from filelock import FileLock, Timeout
+
+    if problem(path, fingerprint) is None:
+        return _read(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=1)
+    except Timeout:
+        log(f"waiting for another process to finish preparing {path}")
+        lock.acquire()
+    try:
+        why = problem(path, fingerprint)
+        if why is None:  # built by the process that held the lock
+            return _read(path)
+        if path.exists():
+            log(f"data cache {path} cannot be trusted ({why}); rebuilding it")
+            shutil.rmtree(path)
+        for stale in path.parent.glob(f".{path.name}.tmp-*"):  # a build killed half way
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            meta = build(tmp)
+            meta = {"format": FORMAT, "fingerprint": _plain(fingerprint), **meta}
+            write_atomic(tmp / META, json.dumps(meta, indent=1))
+            _fsync_dir(tmp)
+            os.rename(tmp, path)
+        except OSError as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise no_room(path.parent) from err
+            raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        lock.release()
+    return _read(path)
+
+
+def _read(path: Path) -> Entry:
+    return Entry(path, json.loads((path / META).read_text()))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    for file in path.iterdir():
+        with open(file, "rb") as f:
+            os.fsync(f.fileno())
+
+
+class ArrayWriter:
+    """Appends arrays of one dtype to ``<dir>/<name>.bin``; ``spec()`` describes the result."""
+
+    def __init__(self, directory: Path, name: str, dtype: np.dtype, row_shape: tuple = ()):
+        self.file = f"{name}.bin"
+        self.dtype, self.row_shape, self.rows = np.dtype(dtype), tuple(row_shape), 0
+        self._f = open(directory / self.file, "wb")  # noqa: SIM115 (closed in close())
+
+    def write(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        self._f.write(values.tobytes())
+        self.rows += values.shape[0] if values.ndim else 1
+
+    def close(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+
+    def spec(self) -> dict:
+        return {"file": self.file, "dtype": self.dtype.name, "shape": [self.rows, *self.row_shape]}
+
+
+def progress(iterable, total: int | None, desc: str):
+    """A tqdm bar on a terminal (datasets already depends on tqdm); the bare iterable otherwise."""
+    if not sys.stderr.isatty():
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit_scale=True)

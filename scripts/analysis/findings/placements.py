@@ -1,0 +1,127 @@
+"""The placements since 2020: the curse of depth and LayerNorm Scaling (F9), Admin (F11).
+
+F9 reads each run's block profile at its last probe (scripts/analysis/block_profile.py: per
+block, the mean cosine between its input and output and the RMS of its output, as the
+block_cos and act_norm probes logged them); F11 and the placement study read best val losses.
+
+Thresholds (losses in nats; FAILS and DEEP_OK as in depth.py, CLOSE as in common.py):
+    RMS_GROWTH = 1.2   "the output variance grows with depth": the stream's RMS after the last
+                       block at least 1.2x its RMS after block L/2 (a variance growing linearly
+                       in l gives sqrt(2) = 1.41; the paper reports faster growth)
+    NEAR_ONE = 0.9     "cosine near 1": the later half's mean cosine at least this
+    COS_DROP = 0.01    "lowers the cosine": Pre-LN's later-half mean minus LNS's, at least this
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from scripts.analysis.block_profile import last_profile
+from scripts.analysis.findings.common import (
+    CLOSE,
+    MIN_SEEDS,
+    Check,
+    NoData,
+    Verdict,
+    decide,
+    finished,
+    mean_score,
+    too_few,
+    values,
+    variant,
+)
+from scripts.analysis.findings.depth import FAILS
+
+RMS_GROWTH, NEAR_ONE, COS_DROP = 1.2, 0.9, 0.01
+
+
+# --- F9: the curse of depth ----------------------------------------------------------------------
+def halves(profile: dict[str, list[float]]) -> dict[str, float]:
+    """One run's summary: mean cosine of the earlier and later half of the blocks, and the RMS
+    growth over the later half (after the last block / after block L/2)."""
+    cos, rms = profile["cos"], profile["rms"]
+    mid = len(cos) // 2
+    return {
+        "cos_early": statistics.fmean(cos[:mid]),
+        "cos_late": statistics.fmean(cos[mid:]),
+        "rms_growth": rms[-1] / rms[mid - 1],
+    }
+
+
+def profiled(report: dict, placement: str) -> dict[str, float]:
+    """Mean over seeds of halves() for the placement at the sweep's deepest depth."""
+    depth = max(values(report, "n_layer"), default=None)
+    if depth is None or depth < 4:
+        raise NoData(f"deepest depth {depth}: need >= 4 blocks to compare halves")
+    row = variant(report, placement=placement, n_layer=depth)
+    runs = [r for r in finished(row) if r["status"] == "completed"]
+    found = [halves(p) for p in (last_profile(r["run_dir"], depth) for r in runs) if p]
+    if len(found) < MIN_SEEDS:
+        raise too_few(row, len(found), "completed runs with block_cos and act_norm logged")
+    return {k: statistics.fmean(h[k] for h in found) for k in found[0]} | {"depth": depth}
+
+
+def f9_rms_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    pre = profiled(report, "pre")
+    v.threshold = f"Pre-LN: RMS after block L / RMS after block L/2 >= {RMS_GROWTH}"
+    return decide(v, pre["rms_growth"] >= RMS_GROWTH, depth=pre["depth"], growth=pre["rms_growth"])
+
+
+def f9_late_blocks_idle(report: dict, settings: dict, v: Verdict) -> Verdict:
+    pre = profiled(report, "pre")
+    early, late = pre["cos_early"], pre["cos_late"]
+    v.threshold = f"Pre-LN: later-half mean cos >= {NEAR_ONE} and > earlier half's"
+    ok = late >= NEAR_ONE and late > early
+    return decide(v, ok, depth=pre["depth"], cos_early=early, cos_late=late)
+
+
+def f9_lns_lowers_cos(report: dict, settings: dict, v: Verdict) -> Verdict:
+    pre, lns = profiled(report, "pre"), profiled(report, "lns")
+    drop = pre["cos_late"] - lns["cos_late"]
+    v.threshold = f"later-half mean cos: pre - lns >= {COS_DROP}"
+    return decide(
+        v, drop >= COS_DROP, depth=pre["depth"], pre=pre["cos_late"], lns=lns["cos_late"], drop=drop
+    )
+
+
+# --- F11: Admin ----------------------------------------------------------------------------------
+def deepest(report: dict) -> int:
+    depth = max(values(report, "n_layer"), default=None)
+    if depth is None:
+        raise NoData("no depths in the report")
+    return depth
+
+
+def stalls_above(worse: str, better: str) -> Check:
+    """Claim check: at the deepest depth ``worse`` ends at least FAILS above ``better``, or
+    diverged (F11: Post-LN above Pre-LN, and above Admin)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depth = deepest(report)
+        a = mean_score(variant(report, placement=worse, n_layer=depth))
+        b = mean_score(variant(report, placement=better, n_layer=depth))
+        v.threshold = f"{worse} diverged, or {worse} - {better} >= {FAILS}"
+        return decide(v, a - b >= FAILS, depth=depth, **{worse: a, better: b}, gap=a - b)
+
+    return check
+
+
+def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
+    """Claim check: ``candidate`` ends at most CLOSE above ``reference``, at the deepest depth or
+    at every depth (F9: LNS vs Pre-LN; F11: Admin vs Pre-LN)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        depths = values(report, "n_layer") if every_depth else [deepest(report)]
+        if not depths:
+            raise NoData("no depths in the report")
+        measured, ok = {}, True
+        for depth in depths:
+            a = mean_score(variant(report, placement=candidate, n_layer=depth))
+            b = mean_score(variant(report, placement=reference, n_layer=depth))
+            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = a, b
+            ok = ok and a <= b + CLOSE
+        where = "at every depth" if every_depth else "at the deepest depth"
+        v.threshold = f"{candidate} <= {reference} + {CLOSE}, {where}"
+        return decide(v, ok, **measured)
+
+    return check

@@ -1,0 +1,75 @@
+"""Stability probes and divergence detection as Lightning callbacks.
+
+They work with any LightningModule whose ``.model`` is a GPT or ViT: a model with ``.blocks``,
+each block with ``.attn`` (having ``.qk(x)`` and ``.causal``) and ``.mlp.fc2``, whose forward
+returns ``(logits, loss)``.
+
+Step axis (optimizer step, as for ``train/loss``): a value logged at step s describes the weights
+theta_s, i.e. after s updates, or the step from theta_s to theta_{s+1}. Gradient norms are those
+of batch s, read in ``on_before_optimizer_step`` (after AMP unscaling, before clipping); forward
+probes and sharpness run at the start of batch s on a fixed probe batch in eval mode. Probes write
+to ``trainer.loggers`` at the steps their own intervals pick (s % every == 0), independent of
+``Trainer(log_every_n_steps)``. None of them changes the training: no gradient, weight or random
+stream of the run is touched.
+
+    grad_norm      grad_norm/total, /layer_{i}[/attn|/mlp], /last_fc2     (gradients.py)
+    act_norm       act_norm/layer_{i}: residual-stream RMS                 (measures.py)
+    act_max        act_max/layer_{i}: residual-stream max |h|              (measures.py)
+    block_cos      block_cos/layer_{i}: cos(block input, block output)     (measures.py)
+    update         update/model: DeepNet's ||F(x, theta_s) - F(x, theta_0)|| (measures.py)
+    log_z          logits/log_z, logits/log_z_rms                          (measures.py)
+    max_logit      attn/max_logit[/layer_{i}]                              (attention.py)
+    attn_entropy   attn/entropy/layer_{i}, attn/entropy_min/layer_{i}      (attention.py)
+    update_ratio   update_ratio/layer_{i}, update_ratio/max                (updates.py)
+    sharpness      sharpness/hessian, sharpness/preconditioned             (sharpness.py)
+    loss_spikes    train/loss_spikes; loss_spikes in summary.json          (spikes.py)
+"""
+
+from training.probes.attention import AttnEntropy, MaxAttnLogit, head_entropies, max_attn_logit
+from training.probes.common import blocks_of, log_to_loggers
+from training.probes.forward import ForwardMeasure, ForwardProbes, run_forward_probes
+from training.probes.gradients import GradNormProbe, grad_norm_groups, group_grad_norms
+from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ, ModelUpdate, model_update_norm
+from training.probes.registry import (
+    PROBES,
+    ProbeConfig,
+    ProbeSpec,
+    SharpnessConfig,
+    probe_callbacks,
+    probe_summary,
+)
+from training.probes.sharpness import Sharpness, sharpness, top_eigenvalue
+from training.probes.spikes import LossSpikes
+from training.probes.updates import UpdateRatio
+
+__all__ = [
+    "PROBES",
+    "ActMax",
+    "ActNorm",
+    "AttnEntropy",
+    "BlockCos",
+    "ForwardMeasure",
+    "ForwardProbes",
+    "GradNormProbe",
+    "LogZ",
+    "LossSpikes",
+    "MaxAttnLogit",
+    "ModelUpdate",
+    "ProbeConfig",
+    "ProbeSpec",
+    "Sharpness",
+    "SharpnessConfig",
+    "UpdateRatio",
+    "blocks_of",
+    "probe_callbacks",
+    "grad_norm_groups",
+    "group_grad_norms",
+    "head_entropies",
+    "log_to_loggers",
+    "max_attn_logit",
+    "model_update_norm",
+    "probe_summary",
+    "run_forward_probes",
+    "sharpness",
+    "top_eigenvalue",
+]

@@ -1,0 +1,88 @@
+"""Attention probes, from the queries and keys each layer really uses (its q/k norm included):
+
+    attn/max_logit[/layer_{i}]   max over batch, heads and allowed pairs of s_ij = q_i.k_j / sqrt(d)
+    attn/entropy/layer_{i}       mean over batch, heads and query rows i of -sum_j p_ij log p_ij
+    attn/entropy_min/layer_{i}   the same mean per head, then the minimum over heads
+
+with p_i = softmax_j(s_ij) over the keys the row may see (j <= i when causal). A row that puts all
+its weight on one key has H = 0; a uniform row over n keys has H = log n. Entropy collapse towards
+0 accompanies divergence (Zhai et al. 2023).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from training.probes.forward import ForwardMeasure
+
+
+def attention_scores(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """s = q k^T / sqrt(d_head) in float32 (or times the attention's own softmax_scale, as
+    nGPT's sqrt(d_head)), keys the softmax never sees set to -inf."""
+    q, k = attn.qk(x)  # (B, nh, T, hs) each, after the q/k norm
+    scores = q.float() @ k.float().transpose(-2, -1)  # (B, nh, T, T)
+    own = getattr(attn, "softmax_scale", None)
+    scores = scores * own if own is not None else scores / math.sqrt(q.size(-1))
+    if attn.causal:
+        T = scores.size(-1)
+        future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)  # (T, T)
+        scores = scores.masked_fill(future, float("-inf"))
+    return scores
+
+
+def max_attn_logit(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Max of q.k/sqrt(d_head) over batch, heads and query-key pairs; causal attention counts
+    only keys j <= query i, the pairs its softmax sees."""
+    return attention_scores(attn, x).amax()
+
+
+def head_entropies(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Mean row entropy per head, (nh,): -sum_j p_ij log p_ij averaged over batch and rows."""
+    p = attention_scores(attn, x).softmax(dim=-1)  # (B, nh, T, T); masked keys get p = 0
+    rows = torch.special.entr(p).sum(dim=-1)  # (B, nh, T); entr(0) = 0
+    return rows.mean(dim=(0, 2))  # (nh,)
+
+
+class MaxAttnLogit(ForwardMeasure):
+    """Largest attention logit per layer, from the input the attention module receives."""
+
+    def attach(self, blocks):
+        self.per_layer: dict[int, torch.Tensor] = {}
+
+        def hook(i: int):
+            def fn(module, args):
+                self.per_layer[i] = max_attn_logit(module, args[0])
+
+            return fn
+
+        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(blocks)]
+
+    def read(self, logits, step):
+        out = {f"attn/max_logit/layer_{i}": v for i, v in sorted(self.per_layer.items())}
+        out["attn/max_logit"] = torch.stack(list(self.per_layer.values())).amax()
+        return out
+
+
+class AttnEntropy(ForwardMeasure):
+    """Attention entropy per layer: the mean over heads and the minimum over heads."""
+
+    def attach(self, blocks):
+        self.per_layer: dict[int, torch.Tensor] = {}
+
+        def hook(i: int):
+            def fn(module, args):
+                self.per_layer[i] = head_entropies(module, args[0])
+
+            return fn
+
+        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(blocks)]
+
+    def read(self, logits, step):
+        out = {}
+        for i, heads in sorted(self.per_layer.items()):
+            out[f"attn/entropy/layer_{i}"] = heads.mean()
+            out[f"attn/entropy_min/layer_{i}"] = heads.amin()
+        return out
