@@ -47,7 +47,8 @@ def adjacent(blocks: Sequence[torch.Tensor]) -> bool:
 
 def stacked(blocks: Sequence[torch.Tensor]) -> torch.Tensor:
     """torch.cat(blocks) along dim 0, without the copy when they are adjacent in one storage."""
-    if adjacent(blocks) and not torch.compiler.is_compiling():  # compiled: the graph's own cat
+    # Compiled: the graph's own cat (storage pointers are not traceable; inductor plans memory).
+    if not torch.compiler.is_compiling() and adjacent(blocks):
         return _RowBlocks.apply(*blocks)
     return torch.cat(list(blocks))
 

@@ -132,3 +132,14 @@ def test_weight_norm_projections_fall_back_to_concatenation():
     assert nn.utils.parametrize.is_parametrized(attn.q_proj, "weight")
     x = torch.randn(2, 8, 16)
     torch.testing.assert_close(attn(x), reference_attention(attn, x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_attention_traces_into_one_graph_under_torch_compile():
+    """Storage pointers do not trace: under torch.compile qkv() takes the plain torch.cat, so the
+    compiled GPT has no graph break (explain traces with dynamo only, no code generation)."""
+    torch._dynamo.reset()
+    model = GPT(GPTConfig(**TINY))
+    idx = torch.randint(0, TINY["vocab_size"], (2, 8))
+    explained = torch._dynamo.explain(model)(idx, idx)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
