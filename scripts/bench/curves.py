@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 from pathlib import Path
 
 
@@ -21,6 +22,14 @@ def val_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     with open(run_dir / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("val/loss")]
     return [int(r["step"]) for r in rows], [float(r["val/loss"]) for r in rows]
+
+
+def seed_of(run_dir: Path) -> str:
+    """``seed N`` from the run's summary.json, else the run dir's name."""
+    try:
+        return f"seed {json.loads((run_dir / 'summary.json').read_text())['seed']}"
+    except (OSError, KeyError, ValueError):
+        return run_dir.name
 
 
 def parse_run(text: str) -> tuple[str, Path, float]:
@@ -48,7 +57,7 @@ def plot(runs: list[tuple[str, Path, float]], out: Path, startup: float, target:
         colours.setdefault(label, f"C{len(colours)}")
         style = dict(color=colours[label], marker="o", ms=3, lw=1.5 if first else 1.0)
         style["ls"] = "-" if first else "--"
-        name = f"{label} ({run_dir.name})"
+        name = f"{label}, {seed_of(run_dir)}"
         by_step.plot(steps, losses, label=name, **style)
         by_time.plot([startup + s * seconds for s in steps], losses, label=name, **style)
     for ax in (by_step, by_time):
@@ -56,7 +65,8 @@ def plot(runs: list[tuple[str, Path, float]], out: Path, startup: float, target:
             ax.axhline(target, color="grey", lw=0.8, ls=":")
         ax.grid(alpha=0.3)
     by_step.set_xlabel("optimizer step")
-    by_time.set_xlabel(f"estimated seconds ({startup:g} s startup + step x seconds per step)")
+    start = f"{startup:g} s startup + " if startup else ""
+    by_time.set_xlabel(f"estimated seconds ({start}step x the run's seconds per step)")
     by_step.set_ylabel("validation loss (nats/char)")
     by_time.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
     fig.tight_layout()
