@@ -75,7 +75,7 @@ GPT_SIZES = {
     "cpu": LMSize(6, 8, 256, 256, 256, 16),
     "cuda": LMSize(12, 12, 768, 1024, 50304, 12),  # GPT-2 small
 }
-GRID_SIZES = {  # placement x norm: the default job's model on CPU, eager bf16 on a GPU
+GRID_SIZES = {  # placement x norm: the 6 x 128 GPT (the 2026-11 default job) on CPU, bf16 on GPU
     "quick": LMSize(2, 2, 32, 32, 64, 4),
     "cpu": LMSize(6, 4, 128, 128, 256, 32),
     "cuda": LMSize(6, 12, 768, 1024, 50304, 8),
