@@ -90,13 +90,17 @@ def load_rms_norm_kernel() -> bool:
 def register_autograd() -> None:
     """Shapes for torch.compile's tracing, and the backward, of the C++ ops."""
 
+    # The kernels write contiguous outputs whatever the input's strides (a per-head q or k is
+    # a transposed view), and the fakes must say so: inductor checks the strides.
     @torch.library.register_fake("normlab::rms_norm_forward")
     def forward_fake(x: torch.Tensor, weight: torch.Tensor, eps: float):
-        return torch.empty_like(x), x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32)
+        y = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return y, x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32)
 
     @torch.library.register_fake("normlab::rms_norm_backward")
     def backward_fake(grad, x, weight, rstd):
-        return torch.empty_like(x), torch.empty_like(weight)
+        dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return dx, torch.empty_like(weight, memory_format=torch.contiguous_format)
 
     def setup_context(ctx, inputs, output) -> None:
         x, weight, _ = inputs

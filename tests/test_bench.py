@@ -148,3 +148,72 @@ def test_flops_per_token_counts_matmuls_of_one_token():
     d, L, T = 8, 2, 4
     n = 10 * d + L * (12 * d * d + 13 * d) + 2 * d  # parameters without the position table
     assert bench_models.flops_per_token(m) == 6 * n + 12 * L * T * d
+
+
+def test_round_ratios_pair_each_round_and_report_their_spread():
+    times = {"ours": [1.0, 2.0, 1.0], "other": [2.0, 3.0, 1.5]}  # ratios 2, 1.5, 1.5
+    r = core.pair_result("s", times, "ours", "other")
+    assert r.name == "ours / other" and r.unit == "x"
+    assert r.value == pytest.approx(1.5)
+    assert r.spread == pytest.approx((1.5, 2.0))
+    by_name = {x.name: x for x in core.speed_results("s", times, "other", 1, "tok/s", "")}
+    assert by_name["ours"].spread == pytest.approx((1.5, 2.0))
+    assert by_name["other"].spread == (1.0, 1.0)
+
+
+def test_threads_and_modes_parse_and_refuse_bad_values(capsys):
+    assert cli.parse_threads("1,2") == [1, 2]
+    assert cli.parse_modes("eager,compiled") == (False, True)
+    for bad in (["--threads", "0"], ["--threads", "x"], ["--modes", "jit"]):
+        with pytest.raises(SystemExit):
+            cli.main(["--quick", "--only", "norms", *bad])
+    assert "--modes takes eager, compiled or both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--quick", "--only", "norms", "--threads", "1,2", "--clock", "cpu"])
+
+
+def test_sections_run_once_per_thread_count():
+    report = cli.main(["--quick", "--only", "norms", "--threads", "1,2", "--clock", "auto"])
+    threads = {r["threads"] for r in report["results"]}
+    assert threads == {1, 2} and report["meta"]["threads"] == [1, 2]
+    assert torch.get_num_threads() == report["meta"]["threads_before"]
+
+
+def test_exclusive_clock_subtracts_nested_actions():
+    from scripts.bench import profile
+
+    now = [0.0]
+    clock = profile.ExclusiveClock(lambda: now[0])
+    clock.start("outer")
+    now[0] = 1.0
+    clock.start("inner")
+    now[0] = 4.0
+    clock.stop("inner")
+    now[0] = 6.0
+    clock.stop("outer")
+    assert clock.exclusive == {"inner": 3.0, "outer": 3.0}  # outer ran 6, 3 of them inside inner
+    clock.start("left open")  # an action an exception left open closes with its parent
+    clock.start("parent")
+    now[0] = 7.0
+    clock.start("child")
+    now[0] = 9.0
+    clock.stop("parent")
+    assert clock.exclusive["child"] == 2.0 and clock.exclusive["parent"] == 1.0
+    assert profile.category("[Strategy]SingleDeviceStrategy.backward") == "model backward"
+    assert profile.category("[Callback]GradNormProbe.on_before_optimizer_step").startswith("probes")
+    assert profile.category("run_training_batch") == profile.LOOP
+    assert profile.category("[LightningModule]LanguageModelTask.optimizer_step").startswith("opt")
+    assert profile.category("[Callback]resume.on_validation_end") == "checkpoint writes"
+    assert profile.category("[_EvaluationLoop].val_next") == "data (next batch)"
+    assert profile.category("[LightningModule]X.on_validation_model_zero_grad").startswith("valid")
+
+
+@pytest.mark.slow
+def test_profile_accounts_for_a_short_job(capsys):
+    from scripts.bench import profile
+
+    seconds = profile.main(["--steps", "3", "optim.warmup_steps=1", "logger=csv"])
+    out = capsys.readouterr().out
+    assert "model backward" in out and "3 steps" in out
+    assert all(s >= -0.05 for s in seconds.values()), seconds  # exclusive times, no double count
+    assert seconds["model forward (training)"] > 0 and seconds["model backward"] > 0

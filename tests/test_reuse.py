@@ -92,7 +92,8 @@ def test_a_plain_trainer_validates_with_the_documented_arguments(tmp_path):
 
 
 def test_wandb_groups_by_sweep_and_job_type_drops_the_seed(compose_cfg, tmp_path):
-    cfg = compose_cfg(["seed=3", "logger=wandb", "group=study-a", f"run_dir={tmp_path}"])
+    over = ["seed=3", "model.n_layer=6", "logger=wandb", "group=study-a", f"run_dir={tmp_path}"]
+    cfg = compose_cfg(over)
     assert job_type(cfg) == "gpt-pre-layernorm-L6-lr0.005"
     (wandb,) = build_loggers(cfg, tmp_path)
     init = wandb._wandb_init

@@ -152,6 +152,19 @@ def test_warmup_then_cosine_matches_hand_computed_values():
         assert lrs[step] == pytest.approx(lr, rel=1e-6), step
 
 
+def test_wsd_holds_the_peak_then_decays_linearly_over_the_last_fifth():
+    lrs = lrs_over(
+        OptimConfig(lr=1e-3, warmup_steps=10, schedule="wsd", min_lr_ratio=0.1),
+        total=110,
+        steps=110,
+    )
+    # warmup (s+1)/10; progress p = (s-10)/100; 1 up to p = 0.8, then 1 - 0.9 * (p - 0.8) / 0.2
+    expected = {0: 1e-4, 9: 1e-3, 10: 1e-3, 60: 1e-3, 90: 1e-3, 95: 7.75e-4, 100: 5.5e-4}
+    expected[109] = 1e-3 * (1 - 0.9 * 0.19 / 0.2)  # 1.45e-4
+    for step, lr in expected.items():
+        assert lrs[step] == pytest.approx(lr, rel=1e-6), step
+
+
 def test_constant_schedule_and_no_warmup():
     lrs = lrs_over(OptimConfig(lr=3e-3, warmup_steps=4, schedule="constant"), total=20, steps=20)
     assert lrs[:4] == pytest.approx([7.5e-4, 1.5e-3, 2.25e-3, 3e-3])

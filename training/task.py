@@ -39,10 +39,23 @@ def constant_multiplier(progress: float, min_lr_ratio: float) -> float:
     return 1.0
 
 
+WSD_DECAY = 0.2  # the share of the post-warmup steps that wsd spends decaying
+
+
+def wsd_multiplier(progress: float, min_lr_ratio: float) -> float:
+    """Warmup-stable-decay (Hu et al. 2024, MiniCPM): 1 until the last WSD_DECAY of the run,
+    then a straight line down to ``min_lr_ratio`` at progress 1."""
+    start = 1.0 - WSD_DECAY
+    if progress <= start:
+        return 1.0
+    return 1.0 - (1.0 - min_lr_ratio) * (progress - start) / WSD_DECAY
+
+
 # Schedule after warmup: (progress in [0, 1], min_lr_ratio) -> lr multiplier.
 SCHEDULES: dict[str, Callable[[float, float], float]] = {
     "cosine": cosine_multiplier,
     "constant": constant_multiplier,
+    "wsd": wsd_multiplier,
 }
 
 

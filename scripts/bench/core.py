@@ -27,6 +27,8 @@ class BenchConfig:
     clock: str = "wall"  # wall | cpu (this process's CPU time: immune to other jobs)
     precision: str = "32"  # 32 | bf16 (autocast; the default on CUDA)
     compile: bool = False  # torch.compile the forward and loss of the compared models (CUDA)
+    # The gpt section runs its contenders once per mode (compile=False, compile=True).
+    modes: tuple[bool, ...] = (False,)
 
     @property
     def size(self) -> str:
@@ -43,6 +45,10 @@ class Result:
     best: float | None = None  # the same ratio from each contender's fastest round
     note: str = ""
     status: str = "ok"  # ok | skipped (an optional piece is absent) | error
+    # The speed ratio within each round (the contenders of a round ran back to back): lowest
+    # and highest over the rounds, the spread around `ratio`.
+    spread: tuple[float, float] | None = None
+    threads: int | None = None  # torch CPU threads the row ran with (set by the CLI)
 
 
 def skip(section: str, name: str, why: str) -> Result:
@@ -69,7 +75,7 @@ GPT_SIZES = {
     "cpu": LMSize(6, 8, 256, 256, 256, 16),
     "cuda": LMSize(12, 12, 768, 1024, 50304, 12),  # GPT-2 small
 }
-GRID_SIZES = {  # placement x norm: the default job's model on CPU, eager bf16 on a GPU
+GRID_SIZES = {  # placement x norm: the 6 x 128 GPT (the 2026-11 default job) on CPU, bf16 on GPU
     "quick": LMSize(2, 2, 32, 32, 64, 4),
     "cpu": LMSize(6, 4, 128, 128, 256, 32),
     "cuda": LMSize(6, 12, 768, 1024, 50304, 8),
@@ -143,19 +149,38 @@ def interleaved(fns: dict[str, Callable[[], object]], bc: BenchConfig) -> dict[s
     return times
 
 
+def round_ratios(base: list[float], times: list[float]) -> list[float]:
+    """Speed relative to `base` in each round: base's seconds over the contender's."""
+    return [b / t for b, t in zip(base, times, strict=True)]
+
+
 def speed_results(
     section: str, times: dict[str, list[float]], base: str, work: float, unit: str, note: str
 ) -> list[Result]:
-    """`work` units per call / median seconds, with ratios to `base` (medians and best rounds)."""
+    """`work` units per call / median seconds, with ratios to `base` (medians and best rounds)
+    and the spread of the per-round ratio."""
     med = {k: statistics.median(v) for k, v in times.items()}
     fast = {k: min(v) for k, v in times.items()}
     out = []
     for k in times:
         ratio = med[base] / med[k] if base in med else None
         best = fast[base] / fast[k] if base in fast else None
+        rounds = round_ratios(times[base], times[k]) if base in times else None
+        spread = (min(rounds), max(rounds)) if rounds else None
         value = work / med[k] if work else med[k] * 1e3
-        out.append(Result(section, k, value, unit, ratio, best, note))
+        out.append(Result(section, k, value, unit, ratio, best, note, spread=spread))
     return out
+
+
+def pair_result(section: str, times: dict[str, list[float]], ours: str, other: str) -> Result:
+    """How many times faster `ours` ran than `other`: the median of the per-round ratios, with
+    their lowest and highest as the spread."""
+    rounds = round_ratios(times[other], times[ours])
+    note = f"median of {len(rounds)} rounds, each {ours} and {other} back to back"
+    name = f"{ours} / {other}"
+    return Result(
+        section, name, statistics.median(rounds), "x", spread=(min(rounds), max(rounds)), note=note
+    )
 
 
 def autocast(bc: BenchConfig):
@@ -180,7 +205,8 @@ def train_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor], bc: BenchC
 
 
 def maybe_compile(fn: Callable, bc: BenchConfig) -> Callable:
-    return torch.compile(fn) if bc.compile else fn
+    # Static shapes: one code object compiled for several models would otherwise turn dynamic.
+    return torch.compile(fn, dynamic=False) if bc.compile else fn
 
 
 def nbytes(model: nn.Module) -> int:

@@ -31,6 +31,7 @@ from scripts.bench.core import (
     maybe_compile,
     nbytes,
     one_line,
+    pair_result,
     skip,
     speed_results,
     train_step,
@@ -155,14 +156,24 @@ def gpt_contenders(s: LMSize, ours_act: str, hf_act: str, bc: BenchConfig):
 
 def bench_gpt(bc: BenchConfig) -> list[Result]:
     """Training steps of normlab's GPT, a plain GPT and GPT-2, once per activation pair, all
-    alternating; ratios to GPT-2 with the same activation."""
+    alternating, in each of the run's modes (eager, compiled): ratios to GPT-2 with the same
+    activation, and normlab's speed over each other contender round by round."""
     try:
         import transformers  # noqa: F401
     except ImportError:
         return [skip("gpt", "hf_gpt2", "transformers missing: pip install -e '.[bench]'")]
+    out = []
+    for compiled in bc.modes:
+        out += gpt_mode(replace(bc, compile=compiled))
+    return out
+
+
+def gpt_mode(bc: BenchConfig) -> list[Result]:
+    """bench_gpt in one mode: eager, or every contender's forward and loss compiled."""
     s = GPT_SIZES[bc.size]
     x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
     y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    mode = " compiled" if bc.compile else ""
     models, steps, mem = {}, {}, {}
     for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
         ours, plain, hf = gpt_contenders(s, ours_act, hf_act, bc)
@@ -176,24 +187,27 @@ def bench_gpt(bc: BenchConfig) -> list[Result]:
             ("plain_gpt", plain, plain),
             ("hf_gpt2", hf, hf_loss),
         ):
+            key = f"{name}{suffix}{mode}"
             loss = maybe_compile(loss, bc)
-            models[name + suffix] = model
-            steps[name + suffix] = train_step(model, lambda loss=loss: loss(x, y), bc)
-            mem[name + suffix] = warm(steps[name + suffix], bc, nbytes(model))
-    tokens, fpt = s.batch_size * s.block_size, flops_per_token(models["normlab"])
+            models[key] = model
+            steps[key] = train_step(model, lambda loss=loss: loss(x, y), bc)
+            mem[key] = warm(steps[key], bc, nbytes(model))  # compiles here, untimed
+    tokens, fpt = s.batch_size * s.block_size, flops_per_token(models[f"normlab{mode}"])
     size = f"L{s.n_layer} H{s.n_head} d{s.n_embd} T{s.block_size} V{s.vocab_size} B{s.batch_size}"
     times, out = interleaved(steps, bc), []
     for suffix, (ours_act, hf_act) in GPT_PAIRS.items():
-        pair = {k: times[k] for k in (f"normlab{suffix}", f"plain_gpt{suffix}", f"hf_gpt2{suffix}")}
-        note = f"{size}, {bc.precision}, activation {ours_act} / {hf_act}"
-        out += speed_results("gpt", pair, f"hf_gpt2{suffix}", tokens, "tok/s", note)
-    for r in list(out):
+        ours, plain, hf = (f"{m}{suffix}{mode}" for m in ("normlab", "plain_gpt", "hf_gpt2"))
+        pair = {k: times[k] for k in (ours, plain, hf)}
+        note = f"{size}, {bc.precision}{mode or ' eager'}, activation {ours_act} / {hf_act}"
+        out += speed_results("gpt", pair, hf, tokens, "tok/s", note)
+        out += [pair_result("gpt", times, ours, plain), pair_result("gpt", times, ours, hf)]
+    for r in [r for r in out if r.unit == "tok/s"]:
         out.append(Result("gpt", f"{r.name} model", r.value * fpt / 1e12, "TFLOP/s"))
         if bc.device == "cuda":
             mfu = r.value * fpt / PEAK_BF16_FLOPS
             out.append(Result("gpt", f"{r.name} MFU", mfu, "", note="of 989 TFLOP/s"))
             out.append(Result("gpt", f"{r.name} peak memory", mem[r.name], "GiB"))
-    params = float(models["normlab"].num_params())
+    params = float(models[f"normlab{mode}"].num_params())
     out.append(Result("gpt", "params (each)", params, "", note="identical: checked"))
     return out
 

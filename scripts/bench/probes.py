@@ -6,7 +6,7 @@ ForwardProbes, Divergence) called as a Trainer would call them. The step counter
 blocks so each probe fires at its true rate. Prints the median seconds per step of each variant
 and their ratio.
 
-    python -m scripts.bench.probes                   # default job: GPT 6 x 128, ctx 128, batch 32
+    python -m scripts.bench.probes             # GPT 6 x 128, ctx 128, batch 32 (2026-11 default)
     python -m scripts.bench.probes --n-layer 24 --device cuda
 """
 

@@ -70,6 +70,23 @@ def test_fused_rms_norm_takes_strided_inputs_and_gradients():
 
 
 @needs_kernel
+def test_the_fake_kernels_give_the_real_outputs_strides_for_strided_inputs():
+    """torch.compile plans memory from the fakes; a transposed per-head q or k (QK-norm) must get
+    the contiguous output the C++ kernel writes, or inductor's stride checks fail."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, 8).transpose(1, 2)  # (B, nh, T, hs) as split_heads makes it
+    weight = torch.randn(8)
+    y, rstd = torch.ops.normlab.rms_norm_forward(x, weight, 1e-5)
+    dx, dw = torch.ops.normlab.rms_norm_backward(torch.randn_like(x), x, weight, rstd)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(x), mode.from_tensor(weight)
+        fy, frstd = torch.ops.normlab.rms_norm_forward(fx, fw, 1e-5)
+        fdx, fdw = torch.ops.normlab.rms_norm_backward(fx, fx, fw, frstd)
+    for real, fake in ((y, fy), (rstd, frstd), (dx, fdx), (dw, fdw)):
+        assert (fake.shape, fake.stride(), fake.dtype) == (real.shape, real.stride(), real.dtype)
+
+
+@needs_kernel
 def test_rmsnorm_module_uses_the_kernel_for_float32_and_bfloat16_on_cpu_only():
     norm = RMSNorm(8)
     x = torch.randn(2, 8, requires_grad=True)
