@@ -74,8 +74,8 @@ def compose(experiment: str, overrides: list[str]):
 
 
 def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
-    """Each job's overrides, in Hydra's launch order (job k runs in <out>/k_<name>); command
-    line overrides replace the experiment's sweep params of the same key, as in train.py -m."""
+    """Each job's overrides, in Hydra's launch order; command line overrides replace the
+    experiment's sweep params of the same key, as in train.py -m."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -102,27 +102,37 @@ def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
     return values
 
 
+def job_dirs(cfg, jobs: list[list[str]]) -> list[str]:
+    """Each job's directory name below the sweep dir, as train.py -m names it: by the job's
+    overrides (training/launch.py's job_dir), with the experiment's config for the rest."""
+    from training.launch import job_dir
+
+    experiment = cfg.hydra.runtime.choices.experiment
+    return [job_dir([f"experiment={experiment}", *job], cfg) for job in jobs]
+
+
 # --- runs on disk --------------------------------------------------------------------------------
-def run_states(out: Path, n_jobs: int) -> dict[int, tuple[str, float | None]]:
-    """Job index -> (status, summary.json's mtime); "running" while its dir has no summary."""
+def run_states(out: Path, dirs: list[str]) -> dict[int, tuple[str, float | None]]:
+    """Job index -> (status, summary.json's mtime) for the jobs whose dir exists; "running"
+    while a dir has no summary."""
     states: dict[int, tuple[str, float | None]] = {}
-    for path in out.glob("[0-9]*_*"):
-        num = path.name.split("_", 1)[0]
-        if not (path.is_dir() and num.isdigit() and int(num) < n_jobs):
+    for k, name in enumerate(dirs):
+        path = out / name
+        if not path.is_dir():
             continue
         summary = read_summary(path)
         if summary is None:
-            states[int(num)] = ("running", None)
+            states[k] = ("running", None)
         elif not summary:  # being written: look again next time
-            states[int(num)] = (status_of(summary), None)
+            states[k] = (status_of(summary), None)
         else:
-            states[int(num)] = (status_of(summary), (path / "summary.json").stat().st_mtime)
+            states[k] = (status_of(summary), (path / "summary.json").stat().st_mtime)
     return states
 
 
-def all_finished(out: Path, n_jobs: int) -> bool:
-    states = run_states(out, n_jobs)
-    return n_jobs > 0 and all(states.get(k, ("",))[0] in FINISHED for k in range(n_jobs))
+def all_finished(out: Path, dirs: list[str]) -> bool:
+    states = run_states(out, dirs)
+    return bool(dirs) and all(states.get(k, ("",))[0] in FINISHED for k in range(len(dirs)))
 
 
 def die_with_parent() -> None:
@@ -141,7 +151,12 @@ ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
 
 def run_sweep(
-    experiment: str, jobs: list[list[str]], out: Path, overrides: list[str], kind: str = "train"
+    experiment: str,
+    jobs: list[list[str]],
+    dirs: list[str],
+    out: Path,
+    overrides: list[str],
+    kind: str = "train",
 ) -> int:
     """``train.py -m`` (or the init probe's) in a subprocess, with a progress bar; its exit code.
 
@@ -149,7 +164,7 @@ def run_sweep(
     a failed or killed run from an earlier attempt runs again."""
     cmd = [sys.executable, str(ROOT / ENTRIES[kind]), "-m", f"experiment={experiment}"]
     cmd += [f"hydra.sweep.dir={out}", *overrides]
-    before = run_states(out, len(jobs))
+    before = run_states(out, dirs)
     done = {k for k, (status, _) in before.items() if status in FINISHED}
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
@@ -166,7 +181,7 @@ def run_sweep(
             task = bar.add_task("runs", total=len(jobs))
             while True:
                 code = proc.poll()
-                states = run_states(out, len(jobs))
+                states = run_states(out, dirs)
                 for k, (status, mtime) in sorted(states.items()):
                     fresh = mtime is not None and mtime != before.get(k, ("", None))[1]
                     if k not in done and status not in ("running", "unfinished") and fresh:
@@ -295,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = compose(experiment, args.overrides)
         jobs = sweep_jobs(cfg, args.overrides)
+        dirs = job_dirs(cfg, jobs)
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
         console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
         return 1
@@ -303,21 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"[bold]{finding.title}[/] — experiment={experiment}, {len(jobs)} runs -> {out}")
     if args.dry_run:
-        for k, job in enumerate(jobs):
-            console.print(f"  #{k}: {' '.join(job)}", markup=False)
+        for k, job in enumerate(dirs):
+            console.print(f"  #{k}: {job}", markup=False)
         for claim in finding.claims:
             console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
         return 0
     load_start, start, cpu_start = finite_load(), time.perf_counter(), cpu_seconds()
     timing = None  # the sweep's own time, kept when a finished sweep is only re-evaluated
-    if all_finished(out, len(jobs)):
+    if all_finished(out, dirs):
         console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
         previous = out / "verdict.json"
         timing = json.loads(previous.read_text()) if previous.is_file() else None
         code = 0
     else:
-        code = run_sweep(experiment, jobs, out, args.overrides, finding.kind)
-    states = run_states(out, len(jobs)).values()
+        code = run_sweep(experiment, jobs, dirs, out, args.overrides, finding.kind)
+    states = run_states(out, dirs).values()
     ended = [s for s, _ in states if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):
         console.print(

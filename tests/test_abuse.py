@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import models.gpt
 import train
 from tests.test_reliability import metric_rows
 from training.errors import ConfigError, Interrupted, Refused
-from training.launch import path_safe
+from training.launch import MAX_DIR_NAME, job_dir, path_safe
 from training.resume import keep_rows_below, read_checkpoint
 from training.rundir import RunDirLock, fingerprint
 
@@ -122,8 +123,25 @@ def test_names_that_become_paths_stay_inside_the_sweep_dir():
     assert path_safe("../../etc/x") == "_.._.._etc_x" and "/" not in path_safe("/abs/path")
     assert path_safe("gpt-pre-layernorm-L6-lr0.005-s0") == "gpt-pre-layernorm-L6-lr0.005-s0"
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", ["name=../../escape", "hydra.job.num=0"], return_hydra_config=True)
-    assert cfg.hydra.sweep.subdir == "0__.._.._escape"  # one directory name, below the sweep
+        cfg = compose("config", ["optim.schedule=../../escape"], return_hydra_config=True)
+    # one directory name, below the sweep
+    assert cfg.hydra.sweep.subdir == "model.n_layer=2,optim.schedule=.._.._escape,seed=0"
+
+
+def test_sweep_job_dirs_are_named_by_what_the_job_runs():
+    config = OmegaConf.create({"seed": 0, "model": {"n_layer": 6}})
+    overrides = ["placement=post", "seed=1", "experiment=f3_depth", "num_threads=1", "logger=csv"]
+    overrides += ["+probes.every.grad_norm=10", "hydra.launcher.n_jobs=2", "trainer.max_steps=9"]
+    # sorted; threads, loggers, probes and hydra's own settings left out; the depth from config
+    expected = "experiment=f3_depth,model.n_layer=6,placement=post,seed=1,trainer.max_steps=9"
+    assert job_dir(overrides, config) == expected
+    # no seed or depth on the command line names the same dir as their config values do
+    assert job_dir(["placement=post"], config) == job_dir(["placement=post", "seed=0"], config)
+    assert job_dir(["placement=post"], config) == "model.n_layer=6,placement=post,seed=0"
+    # names past MAX_DIR_NAME keep their start and a digest of the whole: still distinct
+    long = [f"+extra.key_{i}=value_{i}" for i in range(20)]
+    a, b = job_dir(long, config), job_dir([*long[:-1], "+extra.key_19=other"], config)
+    assert len(a) == len(b) == MAX_DIR_NAME and a != b and a.startswith("+extra.key_0=value_0,")
 
 
 # ---------------------------------------------------------------- signals

@@ -356,26 +356,37 @@ def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, t
     proc = python(*sweep)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the sweep ran to the end, then says so
     names = sorted(p.parent.name for p in tmp_path.glob("*/summary.json"))
-    assert names == ["0_gpt-pre-layernorm-L1-lr0.002-s0", "1_gpt-pre-layernorm-L1-lr0.002-s0"]
-    failed, done = (json.loads((tmp_path / n / "summary.json").read_text()) for n in names)
+    common = "data.batch_size=4,data.val_batches=1,model.block_size=16,model.n_embd=32,"
+    tail = "model.n_layer=1,optim.lr=0.002,optim.warmup_steps=2,seed=0,trainer.max_steps=3,"
+    # named by their overrides (the sweep's n_head replaces tiny_run's), sorted, without the
+    # operational ones (logger, threads, progress bar, log interval), seed and depth always
+    tail += "trainer.val_check_interval=2"
+    assert names == [f"{common}model.n_head={h},{tail}" for h in (2, 3)]
+    done, failed = (json.loads((tmp_path / n / "summary.json").read_text()) for n in names)
     assert failed["status"] == "failed" and "not divisible by model.n_head=3" in failed["error"]
     assert done["status"] == "completed" and done["steps"] == 3
     assert f"sweep {tmp_path}: 1 completed, 1 failed" in proc.stdout
 
-    again = python(*sweep)  # same command, same dirs: the finished job is skipped
+    again = python(*sweep, "num_threads=2")  # same runs, other threads: the finished one skipped
     assert again.returncode == 1
-    assert f"skip {tmp_path / names[1]}: already completed" in again.stdout
+    assert f"skip {tmp_path / names[0]}: already completed" in again.stdout
     assert f"sweep {tmp_path}: 1 failed, 1 skipped" in again.stdout
-    assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
+    assert json.loads((tmp_path / names[0] / "summary.json").read_text()) == done
 
-    # Other settings: the finished job is refused and keeps every file as it was.
-    config = (tmp_path / names[1] / ".hydra" / "config.yaml").read_text()
-    changed = python(*sweep, "model.dropout=0.1")  # not part of the job names
-    assert changed.returncode == 1 and f"sweep {tmp_path}: 1 failed, 1 refused" in changed.stdout
-    assert (tmp_path / names[1] / ".hydra" / "config.yaml").read_text() == config
-    assert json.loads((tmp_path / names[1] / "summary.json").read_text()) == done
+    more = python(*sweep, "seed=0,1")  # one more seed: seed 0's dirs are the same dirs
+    assert f"sweep {tmp_path}: 1 completed, 2 failed, 1 skipped" in more.stdout
+    assert len(list(tmp_path.glob("*/summary.json"))) == 4
+
+    # Other settings in the same dir (a hand-set subdir here; an edited experiment file does
+    # the same): the finished job is refused and keeps every file as it was.
+    config = (tmp_path / names[0] / ".hydra" / "config.yaml").read_text()
+    single = [a for a in sweep if a != "model.n_head=3,2"]
+    changed = python(*single, "model.dropout=0.1", f"hydra.sweep.subdir='{names[0]}'")
+    assert changed.returncode == 1 and f"sweep {tmp_path}: 1 refused" in changed.stdout
+    assert (tmp_path / names[0] / ".hydra" / "config.yaml").read_text() == config
+    assert json.loads((tmp_path / names[0] / "summary.json").read_text()) == done
 
     report = compare(tmp_path, plots=False)
     records = [r for v in report["variants"] for r in v["runs"]]
-    assert sorted(r["status"] for r in records) == ["completed", "failed"]
+    assert sorted(r["status"] for r in records) == ["completed"] * 2 + ["failed"] * 2
     assert any("n_head=3" in r.get("error", "") for r in records)

@@ -136,11 +136,13 @@ F2_SMALL = ["optim.lr=1e-3", "seed=0,1"]  # placement x warmup x seed: 8 jobs
 def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
     """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
     both seeds failed on a config error."""
-    jobs = reproduce.sweep_jobs(reproduce.compose("f2_warmup", F2_SMALL), F2_SMALL)
-    for k, job in enumerate(jobs):
+    cfg = reproduce.compose("f2_warmup", F2_SMALL)
+    jobs = reproduce.sweep_jobs(cfg, F2_SMALL)
+    for job, name in zip(jobs, reproduce.job_dirs(cfg, jobs), strict=True):
         o = dict(item.split("=", 1) for item in job)
         placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
-        run = out / f"{k}_gpt-{placement}-w{warmup}-s{seed}"
+        assert f"placement={placement}" in name and f"optim.warmup_steps={warmup}" in name
+        run = out / name
         (run / ".hydra").mkdir(parents=True)
         (run / ".hydra/config.yaml").write_text(
             f"seed: {seed}\nplacement: {{name: {placement}}}\n"

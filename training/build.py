@@ -26,8 +26,7 @@ from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from training.config import check_run_length, compile_mode, node_to, optim_config
 from training.divergence import Divergence, DivergenceConfig
-from training.errors import BUILD_ERRORS, ConfigError
-from training.launch import launched_as_rank_zero
+from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary

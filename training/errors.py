@@ -43,6 +43,13 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def launched_as_rank_zero() -> bool:
+    """Rank zero of a distributed launch, read from the launchers' environment (torchrun, SLURM
+    tasks, Lightning's own child processes) before any process group exists; True when alone."""
+    keys = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
+    return all(int(os.environ.get(k, "0") or 0) == 0 for k in keys)
+
+
 def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]:
     """The policy above around ``task(cfg) -> outcome``; returns the outcome, or a failed one."""
 

@@ -11,13 +11,16 @@
 - ``SweepStatus``: a failed job does not stop a sweep (train.py records it and goes on); at
   the end this Hydra callback counts what this launch's jobs did (completed, diverged, skipped,
   refused, failed) and exits non-zero if any job failed, was refused or never ended.
-- ``path_safe``: names that become directories (a sweep job's ``${name}``) cannot leave the
-  sweep dir: every character but letters, digits and ``._=,+-`` becomes ``_``.
+- ``job_dir``: a sweep job's directory is named by its overrides (``model.n_layer=6,seed=0``),
+  not its job number, so a sweep extended by a seed or a depth finds its finished runs;
+  ``path_safe`` keeps every such name inside the sweep dir (every character but letters, digits
+  and ``._=,+-`` becomes ``_``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -32,7 +35,8 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from training.errors import in_multirun
+from training.errors import in_multirun, launched_as_rank_zero
+from training.rundir import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -79,8 +83,47 @@ def path_safe(name: str) -> str:
     return "_" + safe if safe.startswith(".") or not safe else safe
 
 
-if not OmegaConf.has_resolver("path_safe"):
-    OmegaConf.register_new_resolver("path_safe", path_safe)
+# Longest job dir name kept as it is; longer ones keep their start and a digest of the whole.
+MAX_DIR_NAME = 240  # a file name holds 255 bytes; .jobs/ adds ".json"
+# Keys every job dir names, from the config when the job does not override them: a sweep over
+# placements finds its runs again once seeds or depths are added (seed=0 was there all along).
+ALWAYS_NAMED = ("model.n_layer", "seed")
+
+
+def job_dir(overrides: Sequence[str], config: Any = None) -> str:
+    """A sweep job's directory name: the job's overrides (command line and sweep params) sorted,
+    without those that leave the result alone (``rundir.OPERATIONAL``: threads, loggers,
+    probes, ...; ``init_probe.*`` stays, being what scripts/init_probe.py's jobs run), plus
+    ``ALWAYS_NAMED``'s keys from ``config`` where not overridden, e.g.
+    ``model.n_layer=6,placement=post,seed=0``. Named by what the job runs rather than by its
+    place in the sweep, a rerun that adds a seed or a depth (or changes threads or loggers)
+    finds the runs it finished before."""
+    kept: dict[str, str] = {}
+    for item in map(str, overrides):
+        key = item.lstrip("+~").partition("=")[0]
+        left_out = is_operational(key) and not key.startswith("init_probe")
+        if not (key.startswith(("hydra.", "hydra/")) or left_out):
+            kept[item] = key
+    for key in ALWAYS_NAMED:
+        value = OmegaConf.select(config, key) if config is not None else None
+        if value is not None and key not in kept.values():
+            kept[f"{key}={value}"] = key
+    text = ",".join(sorted(kept))
+    safe = path_safe(text)
+    if len(safe) <= MAX_DIR_NAME:
+        return safe
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    return f"{safe[: MAX_DIR_NAME - 11]}-{digest}"
+
+
+def job_dir_resolver(overrides: Sequence[str], *, _root_: Any) -> str:
+    """``${job_dir:${hydra.overrides.task}}``: job_dir with the job's own config."""
+    return job_dir(overrides, _root_)
+
+
+for _name, _resolver in (("path_safe", path_safe), ("job_dir", job_dir_resolver)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _resolver)
 
 
 def root_keys(conf: Path = CONF) -> set[str]:
@@ -158,13 +201,6 @@ def end_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def launched_as_rank_zero() -> bool:
-    """Rank zero of a distributed launch, read from the launchers' environment (torchrun, SLURM
-    tasks, Lightning's own child processes) before any process group exists; True when alone."""
-    keys = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
-    return all(int(os.environ.get(k, "0") or 0) == 0 for k in keys)
 
 
 # --- the end of a sweep ----------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.errors import BUILD_ERRORS, ConfigError, Refused
+from training.errors import BUILD_ERRORS, ConfigError, Refused, launched_as_rank_zero
 from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
 from training.summary import FINISHED, base_summary, read_summary, write_summary
 
@@ -82,8 +82,12 @@ def fingerprint(cfg: DictConfig) -> dict[str, Any]:
     """The flattened resolved config minus the keys that leave the result unchanged."""
     config = OmegaConf.to_container(cfg, resolve=True)
     flat = flat_config({k: v for k, v in config.items() if k != "hydra"})
-    skip = OPERATIONAL
-    return {k: v for k, v in flat.items() if not any(k == s or k.startswith(s + ".") for s in skip)}
+    return {k: v for k, v in flat.items() if not is_operational(k)}
+
+
+def is_operational(key: str) -> bool:
+    """Whether a dotted config key is (or lies under) one of the OPERATIONAL keys."""
+    return any(key == s or key.startswith(s + ".") for s in OPERATIONAL)
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -272,7 +276,6 @@ def run_in_dir(cfg: DictConfig, body: Callable[[Attempt], dict]) -> Attempt:
     runs with the dir locked and its result joins summary.json, which is written whatever
     happens (status failed, with the error, when ``body`` raises)."""
     from training.config import check_top_level
-    from training.launch import launched_as_rank_zero
 
     check_top_level(cfg)
     this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
