@@ -26,7 +26,9 @@ def test_quick_mode_runs_every_section(tmp_path):
         for key in ("ratio", "best"):
             assert r[key] is None or (math.isfinite(r[key]) and r[key] > 0), r
     sections = {r["section"] for r in measured}
-    assert {"norms", "placements", "memory"} <= sections
+    assert {"norms", "placements", "memory", "probes"} <= sections
+    probes = {r["name"] for r in measured if r["section"] == "probes"}
+    assert {"plain step", "probed step", "GradNormProbe"} <= probes  # and each callback's time
     assert report["ok"]
     # Every placement x norm is either measured or refused with a reason.
     grid = [r for r in results if r["section"] == "placements"]

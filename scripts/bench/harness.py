@@ -1,6 +1,6 @@
 """The training-loop sections: train.run's steady-state step against a raw loop of the same
 work without Lightning (marginal time per step, so setup cancels), the probe callbacks' overhead
-as scripts/bench/probes.py measures it, and peak memory: this process, a short default train.py
+as scripts/bench/probe_set.py measures it, and peak memory: this process, a short default train.py
 job, and CPU training steps of the GPU configuration, each child polled for its peak RSS.
 """
 
@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import os
-import re
 import resource
 import statistics
 import subprocess
@@ -138,32 +136,23 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
 
 # ---------------------------------------------------------------- probes and memory
 def bench_probes(bc: BenchConfig) -> list[Result]:
-    """scripts/bench/probes.py's plain vs probed step, read from what it prints."""
-    from scripts.bench import probes
+    """scripts/bench/probe_set.py's plain vs probed step (the default probe set), and each probe
+    callback's own time per step."""
+    from scripts.bench import probe_set
 
-    args = ["--device", bc.device]
+    args = ["--device", bc.device, "--clock", "cpu" if bc.clock == "cpu" else "wall"]
     if bc.quick:
         args += ["--n-layer", "1", "--n-embd", "32", "--block-size", "32", "--batch-size", "4"]
         args += ["--steps-per-block", "2", "--blocks", "2"]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        probes.main(args)
-    text = buf.getvalue()
-    ms = dict(re.findall(r"^(plain|probed)\s+([\d.]+) ms/step", text, re.M))
-    if set(ms) != {"plain", "probed"}:
-        raise RuntimeError(f"bench_probes printed no plain/probed ms/step lines: {text[-200:]!r}")
-    plain, probed = float(ms["plain"]), float(ms["probed"])
-    return [
-        Result("probes", "plain step", plain, "ms", 1.0, note="bench_probes defaults"),
-        Result(
-            "probes",
-            "probed step",
-            probed,
-            "ms",
-            plain / probed,
-            note="probes at default intervals",
-        ),
+    r = probe_set.measure(probe_set.parse_args(args))
+    plain, probed = r["plain_s"] * 1e3, r["probed_s"] * 1e3
+    out = [
+        Result("probes", "plain step", plain, "ms", 1.0, note="probe_set defaults"),
+        Result("probes", "probed step", probed, "ms", plain / probed, note="default probe set"),
     ]
+    for name, s in sorted(r["per_callback_s"].items(), key=lambda kv: -kv[1]):
+        out.append(Result("probes", name, s * 1e3, "ms", None, note="its hooks, per step"))
+    return out
 
 
 def peak_rss_kib(pid: int) -> int:
