@@ -1,7 +1,10 @@
 """Sweep dir -> table and plots: ``python scripts/compare.py SWEEP_DIR [--out DIR]``.
 
 Writes SWEEP_DIR/report/ (report.md, report.json, plots; scripts/analysis/report.py) and prints
-the table, the wandb group to open and the command that uploads offline wandb runs.
+the table, the wandb group to open and the command that uploads offline wandb runs. When the
+runs logged to wandb, the report joins their group as a run of its own (job_type "report": the
+files as an artifact, the plots and the table; scripts/analysis/wandb_report.py); --no-wandb
+skips it.
 
     python scripts/compare.py SWEEP --x optim.lr --y best_val_loss
     python scripts/compare.py SWEEP --x data.batch_size --y best_val_acc
@@ -21,6 +24,7 @@ if __package__ in (None, ""):  # run as a file: make the project root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
+from scripts.analysis.wandb_report import log_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=None, help="report dir (default SWEEP_DIR/report)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the tables only")
+    parser.add_argument(
+        "--no-wandb", action="store_true", help="no wandb run for the report (see below)"
+    )
     parser.add_argument("--x", help="a swept config key to plot against, e.g. optim.lr")
     parser.add_argument(
         "--y", default="best_val_loss", help="run results (comma list), e.g. best_val_loss"
@@ -49,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             "no offline wandb runs here; with wandb logging on, upload them later with "
             "`wandb sync <run_dir>/wandb/offline-run-*`"
         )
+    if report["wandb"] and not args.no_wandb:
+        print(log_report(report, out_dir, report["wandb"], markdown_table(report)))
     return 0
 
 

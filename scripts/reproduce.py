@@ -43,8 +43,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table  # noqa: E402
 
 from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
-from scripts.analysis.report import compare, xy_figure  # noqa: E402
+from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
 from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
+from scripts.analysis.wandb_report import log_report  # noqa: E402
 
 SIZES = ("cpu", "gpu")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
@@ -342,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     report = compare(out)
+    if report["wandb"]:  # the runs logged to wandb: the report joins their group
+        console.print(log_report(report, out / "report", report["wandb"], markdown_table(report)))
     for figure in finding.figures:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in finding.draws:

@@ -208,6 +208,26 @@ def test_main_prints_group_and_sync_command(sweep: Path, tmp_path: Path, capsys)
     assert "sweep-2026-11-29-12-00-00" in out  # train.py's group for a multirun
     assert f"wandb sync {sweep}/*/wandb/offline-run-*" in out
     assert (tmp_path / "rep/report.md").is_file() and not (sweep / "report").exists()
+    assert not (tmp_path / "rep/wandb").exists()  # the runs' configs name no wandb logger
+
+
+def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, capsys, monkeypatch):
+    """Runs that logged to wandb: the report becomes a run of their group (offline here) holding
+    the report files as an artifact, the variant table and the plots."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for cfg in sweep.glob("*/.hydra/config.yaml"):
+        logger = "logger: {wandb: {project: study_x, entity: null, mode: offline}}\n"
+        cfg.write_text(cfg.read_text() + logger)
+    assert compare.main([str(sweep), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert f"wandb report run (offline): wandb sync {tmp_path / 'rep/wandb'}/offline-run-*" in out
+    assert f"wandb sync {sweep}/*/wandb/offline-run-*" in out  # the runs' own, as before
+    (record,) = (tmp_path / "rep/wandb").glob("offline-run-*/run-*.wandb")
+    data = record.read_bytes()
+    for text in ("study_x", "report-sweep-2026-11-29-12-00-00", "report.md", "report/variants"):
+        assert text.encode() in data, text
+    assert compare.main([str(sweep), "--out", str(tmp_path / "plain"), "--no-wandb"]) == 0
+    assert not (tmp_path / "plain/wandb").exists()
 
 
 def test_explicit_group_and_probe_json(tmp_path: Path) -> None:

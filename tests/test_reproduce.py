@@ -126,7 +126,7 @@ def test_cpu_sizes_fit_two_cores() -> None:
     for experiment in ("f6_lr_sensitivity", "f7_batch_stats", "placements_depth"):
         cfg = reproduce.compose(experiment, [])
         assert cfg.num_threads * cfg.hydra.launcher.n_jobs <= 2
-        assert "wandb" not in cfg.logger  # offline wandb runs cost seconds each
+        assert cfg.logger.wandb.mode == "offline"  # experiments log to wandb like single runs
 
 
 # --- exit status and verdicts from a hand-built sweep dir -----------------------------------------

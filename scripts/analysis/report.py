@@ -25,6 +25,7 @@ from scripts.analysis.runs import (
     read_yaml_flat,
 )
 from scripts.analysis.variants import group_variants, variant_fields
+from scripts.analysis.wandb_report import wandb_target
 
 
 # --- wandb -------------------------------------------------------------------------------------
@@ -46,9 +47,12 @@ def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
     return [g for g, _ in found.most_common()] or [sweep_dir.resolve().name]
 
 
-def wandb_sync_pattern(sweep_dir: Path) -> str | None:
-    """One shell glob covering the sweep's offline wandb runs, or None if there are none."""
+def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
+    """One shell glob covering the sweep's offline wandb runs (not the report's own run below
+    ``skip``), or None if there are none."""
     dirs = [p for p in sweep_dir.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb"]
+    if skip is not None:
+        dirs = [p for p in dirs if not p.is_relative_to(skip)]
     if not dirs:
         return None
     parts = [p.relative_to(sweep_dir).parts for p in dirs]
@@ -154,7 +158,8 @@ def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = 
         "n_runs": len(runs),
         "variant_fields": fields,
         "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [sweep_dir.resolve().name],
-        "wandb_sync": wandb_sync_pattern(sweep_dir),
+        "wandb_sync": wandb_sync_pattern(sweep_dir, skip=out_dir),
+        "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
         "variants": [v.row() for v in variants],
         "init_probe": probes.probe_groups(found),
         "plots": write_plots(variants, fields, found, out_dir) if plots else [],

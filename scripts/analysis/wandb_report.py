@@ -1,0 +1,94 @@
+"""The sweep's report as a wandb run of its own, next to the sweep's runs in their group.
+
+job_type ``report``, name ``report``; one artifact of type ``report`` holding report.md,
+report.json and the plots; the plots as images and the variant table as a wandb Table, so the
+group's page shows them beside the runs. The run goes where the sweep's runs went: their
+project and entity, offline into ``<report dir>/wandb/`` unless they streamed online (or
+``WANDB_MODE`` says otherwise). A sweep whose runs did not log to wandb gets none.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from scripts.analysis.runs import Run
+
+REPORT_FILES = ("report.md", "report.json")
+WHERE = ("project", "entity", "mode")  # logger.wandb.<key> in the runs' configs
+
+
+def wandb_target(runs: list[Run]) -> dict[str, Any] | None:
+    """project, entity and mode the sweep's runs logged with (the most common), or None when no
+    run logged to wandb (no ``wandb/`` in its dir: logger=csv, wandb disabled, or no training)."""
+    found: Counter = Counter()
+    for run in runs:
+        project, entity, mode = (run.config.get(f"logger.wandb.{k}") for k in WHERE)
+        if project is not None and mode != "disabled" and (run.path / "wandb").is_dir():
+            found[(project, entity, mode)] += 1
+    if not found:
+        return None
+    (project, entity, mode), _ = found.most_common(1)[0]
+    return {"project": project, "entity": entity, "mode": mode or "offline"}
+
+
+def table_rows(markdown_table: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a markdown table (report.markdown_table's) as lists of cells."""
+    lines = [line for line in markdown_table.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    return (cells[0], cells[2:]) if len(cells) >= 2 else ([], [])
+
+
+def artifact_name(group: str) -> str:
+    """``report-<group>`` in the characters wandb allows in an artifact name."""
+    return "report-" + re.sub(r"[^A-Za-z0-9_.-]", "_", group)
+
+
+def log_report(report: dict[str, Any], out_dir: Path, target: dict[str, Any], table: str) -> str:
+    """One wandb run holding the report (see the module docstring); returns what to tell the
+    user: where the offline run lies and how to upload it, or the online run's URL."""
+    import wandb
+
+    from training.loggers import check_wandb_online
+
+    mode = os.environ.get("WANDB_MODE") or target["mode"]
+    if mode == "disabled":
+        return "wandb disabled (WANDB_MODE=disabled): no report run"
+    check_wandb_online(mode)
+    group = report["wandb_groups"][0]
+    columns, rows = table_rows(table)
+    os.environ.setdefault("WANDB_SILENT", "true")
+    run = wandb.init(
+        project=target["project"],
+        entity=target["entity"],
+        group=group,
+        job_type="report",
+        name="report",
+        dir=str(out_dir),
+        mode=mode,
+        config={"sweep_dir": report["sweep_dir"], "variant_fields": report["variant_fields"]},
+        settings=wandb.Settings(silent=True, console="off"),
+    )
+    try:
+        artifact = wandb.Artifact(
+            artifact_name(group),
+            type="report",
+            metadata={"n_runs": report["n_runs"], "variants": len(report["variants"])},
+        )
+        for name in (*REPORT_FILES, *report["plots"]):
+            if (out_dir / name).is_file():
+                artifact.add_file(str(out_dir / name), name=name)
+        run.log_artifact(artifact, aliases=["latest"])
+        logged: dict[str, Any] = {"report/variants": wandb.Table(columns=columns, data=rows)}
+        for name in report["plots"]:
+            logged[f"report/{Path(name).stem}"] = wandb.Image(str(out_dir / name))
+        run.log(logged)
+        where = run.url if mode == "online" else None
+    finally:
+        run.finish()
+    if where:
+        return f"wandb report run: {where}"
+    return f"wandb report run (offline): wandb sync {out_dir / 'wandb' / 'offline-run-*'}"
