@@ -4,6 +4,7 @@ Lightning Trainer, wandb's grouping, and loggers and callbacks added from the co
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import lightning.pytorch as L
 import pytest
@@ -13,7 +14,7 @@ from omegaconf import OmegaConf
 import train
 from data.text import TextDataConfig, TextDataModule, load_vocab
 from models.gpt import GPT, GPTConfig
-from scripts import sample
+from scripts import evaluate, sample
 from training.build import build_callbacks
 from training.errors import ConfigError
 from training.loggers import build_loggers, job_type
@@ -58,6 +59,23 @@ def test_checkpoints_load_with_load_from_checkpoint(gpt_run, tmp_path, tiny_run,
     train.run(compose_cfg([*vit, "model=vit", f"run_dir={tmp_path}"]))
     task = ImageClassificationTask.load_from_checkpoint(tmp_path / "last.ckpt", map_location="cpu")
     assert task.model.cfg.image_size == 8 and task.model.cfg.num_classes == 10
+
+
+def test_evaluate_gives_back_the_final_validation(gpt_run, tmp_path, tiny_run, compose_cfg):
+    """scripts.evaluate on a finished run's last.ckpt: the run's own val set, so the numbers of
+    its summary.json (GPT: loss and bpb; ViT: loss and accuracy)."""
+    summary = json.loads((gpt_run / "summary.json").read_text())
+    got = evaluate.evaluate(gpt_run, threads=1)
+    assert got["val/loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert got["val/bpb"] == pytest.approx(summary["final_val_bpb"], rel=1e-6)
+    vit = [o for o in tiny_run if not o.startswith(("model.block_size", "data.val_b"))]
+    summary = train.run(compose_cfg([*vit, "model=vit", f"run_dir={tmp_path}"]))
+    got = evaluate.main([str(tmp_path), "--threads", "1", "--json"])
+    assert set(got) == {"val/loss", "val/acc"}
+    assert got["val/loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
+    assert got["val/acc"] == pytest.approx(summary["final_val_acc"], rel=1e-6)
+    with pytest.raises(SystemExit, match="does not exist"):
+        evaluate.evaluate(tmp_path, ckpt=tmp_path / "nope.ckpt")
 
 
 def test_sample_is_seeded_and_greedy_sampling_is_the_argmax(gpt_run, capsys):
