@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, eval
 from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
 from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
 from scripts.analysis.wandb_report import log_report  # noqa: E402
+from training.launch import die_with_parent  # noqa: E402
 
 SIZES = ("cpu", "gpu")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
@@ -134,17 +134,6 @@ def run_states(out: Path, dirs: list[str]) -> dict[int, tuple[str, float | None]
 def all_finished(out: Path, dirs: list[str]) -> bool:
     states = run_states(out, dirs)
     return bool(dirs) and all(states.get(k, ("",))[0] in FINISHED for k in range(len(dirs)))
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when this process dies, however it dies (Linux's
-    parent-death signal), so a killed reproduce.py leaves no sweep training on. The sweep's own
-    workers that outlive it are refused by the run dirs' locks (training/rundir.py)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 # The program each kind of finding sweeps with.

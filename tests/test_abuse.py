@@ -238,7 +238,7 @@ def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
     pid_file = tmp_path / "child.pid"
     parent = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time; sys.path.insert(0, '.'); "
-         "from scripts.reproduce import die_with_parent; "
+         "from training.launch import die_with_parent; "
          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
          "preexec_fn=die_with_parent); "
          f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"],
@@ -258,6 +258,53 @@ def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
             time.sleep(0.05)
     finally:
         parent.kill()
+
+
+def test_a_killed_parallel_sweep_interrupts_its_workers(tmp_path, tiny_run):
+    """SIGKILL a joblib sweep's own process while its jobs train: each worker process follows
+    it (a parent-death SIGTERM) and stops at a step boundary, interrupted, its checkpoint kept;
+    none trains on as an orphan."""
+    long = [o for o in tiny_run if not o.startswith("trainer.max_steps")]
+    sweep = [sys.executable, "train.py", "-m", *long, "trainer.max_steps=100000", "seed=0,1"]
+    sweep += ["hydra/launcher=local", "checkpoint.every_n_steps=5", f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.Popen(sweep, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("*/last.ckpt"))) < 2:  # both jobs are training
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.2)
+        workers = [p for p in children_of(proc.pid) if "loky" in cmdline(p)]
+        assert len(workers) >= 2
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while any(os.path.exists(f"/proc/{p}") and "Z" not in status_of(p) for p in workers):
+            assert time.monotonic() < deadline, "a worker trained on after its sweep died"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        for p in children_of(proc.pid):
+            os.kill(p, signal.SIGKILL)
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert [s["status"] for s in summaries] == ["interrupted", "interrupted"]
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def status_of(pid: int) -> str:

@@ -187,8 +187,8 @@ def test_ddp_jobs_of_a_multirun_stay_in_their_own_dirs(tmp_path, tiny_run):
     ]
     proc = python("-m", "placement=post,pre", *tiny_run, *ddp, f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())  # no sweep of its own
-    assert [j.split("-")[1] for j in jobs] == ["post", "pre"]
+    jobs = sorted(p.name for p in tmp_path.glob("[!.]*/"))  # no sweep of its own
+    assert ["placement=post" in jobs[0], "placement=pre" in jobs[1]] == [True, True], jobs
     for job in jobs:
         summary = json.loads((tmp_path / job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["steps"] == 3

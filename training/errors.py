@@ -4,7 +4,9 @@
 dir, full disk) ends a single run with ``error: <message>`` and exit code 1; in a sweep it is
 printed, the job is recorded, and the sweep goes on. A crash keeps its traceback (in a sweep,
 printed, and the sweep goes on). ``debug=true`` or HYDRA_FULL_ERROR=1 shows every traceback.
-An interrupted run (SIGTERM, SIGINT) exits 128 + the signal number, as shells and SLURM expect.
+An interrupted run (SIGTERM, SIGINT) exits 128 + the signal number, as shells and SLURM expect;
+a parallel sweep's worker whose sweep is gone (``SWEEP_GONE``, set by training/launch.py) exits
+at once, having nobody to return its outcome to.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 # What building a run raises for bad input (OSError: missing files, the hub offline).
 BUILD_ERRORS = (TypeError, ValueError, OSError)
+# Set in a parallel sweep's worker process once the sweep's own process is gone.
+SWEEP_GONE = threading.Event()
 
 
 class ConfigError(ValueError):
@@ -50,6 +55,12 @@ def launched_as_rank_zero() -> bool:
     return all(int(os.environ.get(k, "0") or 0) == 0 for k in keys)
 
 
+def sweep_gone() -> bool:
+    """A module function, not the Event itself, in the wrapper below: joblib pickles the
+    wrapper by value, and an Event does not pickle."""
+    return SWEEP_GONE.is_set()
+
+
 def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]:
     """The policy above around ``task(cfg) -> outcome``; returns the outcome, or a failed one."""
 
@@ -61,6 +72,9 @@ def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]
             return task(cfg)
         except Interrupted as err:
             print(f"interrupted: {err}", file=sys.stderr, flush=True)
+            if sweep_gone():  # the worker's queue back to its sweep would block forever
+                sys.stdout.flush()
+                os._exit(128 + err.signum)
             raise SystemExit(128 + err.signum) from None
         except ConfigError as err:
             if debug:

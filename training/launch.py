@@ -25,7 +25,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,7 +38,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from training.errors import in_multirun, launched_as_rank_zero
+from training.errors import SWEEP_GONE, in_multirun, launched_as_rank_zero
 from training.rundir import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -175,6 +178,8 @@ def launch_scope(run_dir: Path) -> Iterator[None]:
     if in_multirun():
         from hydra.core.hydra_config import HydraConfig
 
+        follow_the_sweep()
+
         hydra_cfg = HydraConfig.get()
         sys.argv = [argv[0], *hydra_cfg.overrides.task]
         with read_write(hydra_cfg):
@@ -192,6 +197,44 @@ def launch_scope(run_dir: Path) -> Iterator[None]:
         if hydra_cfg is not None:
             with read_write(hydra_cfg):
                 hydra_cfg.run.dir = old_dir
+
+
+SWEEP_PID = "NORMLAB_SWEEP_PID"  # the sweep's own process, for its workers to follow
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when its parent dies, however it dies (Linux's parent-death signal);
+    elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def follow_the_sweep() -> None:
+    """In a worker process of a parallel sweep (joblib's, started by the sweep's process): a
+    SIGTERM once the sweep's process is gone, so a killed sweep (or a killed reproduce.py above
+    it) leaves no job training on its own; the job stops at its next step boundary, interrupted
+    and resumable. A daemon thread looks at the parent PID every second (a parent-death signal
+    would fire when the thread that started the worker ends, which joblib's may do early). Jobs
+    in the sweep's own process, or started by other launchers, are left alone."""
+    global _following
+    sweep_pid = int(os.environ.get(SWEEP_PID, "0") or 0)
+    if _following or not sweep_pid or os.getppid() != sweep_pid:
+        return
+
+    def watch() -> None:
+        while os.getppid() == sweep_pid:
+            time.sleep(1.0)
+        SWEEP_GONE.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="follow-the-sweep", daemon=True).start()
+    _following = True
+
+
+_following = False  # this process watches its sweep already
 
 
 def end_process_group() -> None:
@@ -218,6 +261,7 @@ class SweepStatus(HydraCallback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
+        os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._write(config, {"outcome": "unfinished"})  # replaced when the job ends
