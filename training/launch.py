@@ -200,6 +200,7 @@ def launch_scope(run_dir: Path) -> Iterator[None]:
 
 
 SWEEP_PID = "NORMLAB_SWEEP_PID"  # the sweep's own process, for its workers to follow
+_following = False  # this process watches its sweep already
 
 
 def die_with_parent() -> None:
@@ -232,9 +233,6 @@ def follow_the_sweep() -> None:
 
     threading.Thread(target=watch, name="follow-the-sweep", daemon=True).start()
     _following = True
-
-
-_following = False  # this process watches its sweep already
 
 
 def end_process_group() -> None:
