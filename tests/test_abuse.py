@@ -239,13 +239,13 @@ def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time; sys.path.insert(0, '.'); "
          "from training.launch import die_with_parent; "
-         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
          "preexec_fn=die_with_parent); "
-         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"],
+         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"],
         cwd=ROOT,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300  # the imports, on a busy machine
         while not pid_file.exists() or not pid_file.read_text():
             assert time.monotonic() < deadline
             time.sleep(0.05)
