@@ -211,6 +211,21 @@ def test_main_prints_group_and_sync_command(sweep: Path, tmp_path: Path, capsys)
     assert not (tmp_path / "rep/wandb").exists()  # the runs' configs name no wandb logger
 
 
+def test_the_wandb_group_is_the_sweep_not_the_experiment(tmp_path: Path) -> None:
+    """train.py groups a sweep's runs by the sweep dir, whatever experiment it runs; the group it
+    recorded in summary.json comes first."""
+    sweep = tmp_path / "multirun" / "f3"
+    for seed in (0, 1):
+        run = write_run(sweep, seed, "post", 2, seed)
+        hydra = run / ".hydra/hydra.yaml"
+        hydra.write_text(hydra.read_text().replace("experiment: null", "experiment: f3_depth"))
+        write_summary(run, "post", 2, seed)
+    assert reporting.compare(sweep, plots=False)["wandb_groups"] == ["sweep-multirun-f3"]
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "wandb_group": "mine"}))
+    assert reporting.compare(sweep, plots=False)["wandb_groups"] == ["sweep-multirun-f3", "mine"]
+
+
 def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, capsys, monkeypatch):
     """Runs that logged to wandb: the report becomes a run of their group (offline here) holding
     the report files as an artifact, the variant table and the plots."""

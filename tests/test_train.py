@@ -255,6 +255,7 @@ def test_run_writes_the_run_dir(model, tmp_path):
     assert (tmp_path / "last.ckpt").is_file()
     assert (tmp_path / "vocab.json").is_file() == (model == "gpt")
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+    assert "wandb_group" in summary and summary["wandb_group"] is None  # one run: no group
 
     rows = read_metrics(tmp_path / "metrics.csv")
     train_rows = {int(r["step"]): r for r in rows if r["train/loss"]}

@@ -17,6 +17,7 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -27,7 +28,7 @@ from models.vit import ViT, ViTConfig
 from training.config import check_run_length, compile_mode, node_to, optim_config
 from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
-from training.loggers import WandbMetrics, build_loggers, wandb_run_id
+from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.resume import (
@@ -307,6 +308,8 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         resumed_from_step=None if plan.ckpt is None else int(plan.ckpt["global_step"]),
         warmup_steps=optim.warmup_steps,
     )
+    if any(isinstance(logger, WandbLogger) for logger in loggers):  # compare.py reads it back
+        attempt.summary["wandb_group"] = wandb_group(cfg)
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / "vocab.json")

@@ -30,15 +30,16 @@ from scripts.analysis.wandb_report import wandb_target
 
 # --- wandb -------------------------------------------------------------------------------------
 def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
-    """The wandb group of each run, most common first (train.py's rule, read back from disk)."""
+    """The wandb group of each run, most common first: what train.py recorded in summary.json,
+    else its rule read back from disk (an explicit ``group``, else the sweep dir's last two
+    parts)."""
     found = Counter()
     for run in runs:
-        group = first_present([run.summary], ("wandb_group", "group", "experiment"))
+        group = first_present([run.summary], ("wandb_group", "group"))
         group = group or first_present([run.config], ("group", "logger.wandb.group"))
         if not group:
             hydra = read_yaml_flat(run.path / ".hydra/hydra.yaml", Warnings(), resolve=False)
-            group = hydra.get("hydra.runtime.choices.experiment")
-            if not group and hydra.get("hydra.mode") == "MULTIRUN":
+            if hydra.get("hydra.mode") == "MULTIRUN":
                 out = hydra.get("hydra.runtime.output_dir")
                 parent = Path(str(out)).parent if out and "${" not in str(out) else sweep_dir
                 group = "sweep-" + "-".join(parent.parts[-2:])
