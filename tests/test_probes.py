@@ -239,6 +239,24 @@ def test_init_probe_values_match_a_direct_backward():
     assert measure_at_init(model, x, y)["loss"][0] == pytest.approx(float(loss.detach()), rel=1e-6)
 
 
+def test_init_probe_profiles_admin_as_training_does():
+    """Admin with every omega at 1 is Post-LN; the probe sets the omegas from the first batch
+    (Stack.profile_init, as a fresh run's fit does), so it measures Admin, not Post-LN."""
+    cfg = GPTConfig(**TINY, placement="admin")
+    ((x, y),) = random_batches(cfg, 1, 4, seed=0)
+    result = init_probe(cfg, (x, y), placements=["admin"], depths=[3], seeds=[7])
+    torch.manual_seed(7)
+    model = GPT(cfg)
+    model.profile_init(x)
+    assert any(float(p.max()) > 1.0 for n, p in model.named_parameters() if "omega" in n)
+    _, loss = model(x, y)
+    loss.backward()
+    run = result["runs"][0]
+    assert run["last_fc2_grad_norm"]["mean"] == pytest.approx(
+        float(model.blocks[-1].mlp.fc2.weight.grad.norm()), rel=1e-5
+    )
+
+
 def test_init_probe_reproduces_f1_direction(tmp_path):
     """Xiong 2020: last-layer fc2 grad flat in depth for Post-LN, falling ~1/sqrt(L) for Pre-LN;
     the residual stream flat across layers for Post-LN, growing for Pre-LN."""

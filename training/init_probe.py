@@ -1,7 +1,8 @@
 """F1 at initialization (Xiong et al. 2020, Thm 1 and Lemma 2), without any training.
 
-For every placement x depth x seed the model is built at init and one forward + backward of the
-training loss runs on each of K batches. Per layer i it records
+For every placement x depth x seed the model is built at init (Admin's omegas profiled on the
+first batch, as a fresh training run sets them) and one forward + backward of the training loss
+runs on each of K batches. Per layer i it records
 
     grad_norm/layer  L2 norm of all gradients of blocks[i] (attention, MLP, norm slots)
     grad_norm/attn   of blocks[i].attn
@@ -146,6 +147,7 @@ def sweep(
             for seed in seeds:
                 torch.manual_seed(seed)
                 model = build_model(cfg)
+                model.profile_init(batches[0][0])  # Admin's omegas, as training sets them
                 samples += [measure_at_init(model, x, y) for x, y in batches]
             run = {"placement": placement, "n_layer": n_layer, "n_samples": len(samples)}
             for key in ("loss", *PER_LAYER):
