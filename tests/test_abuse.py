@@ -170,6 +170,7 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_a_rerun_resumes(
     signum, at, tmp_path, tiny_run, compose_cfg, monkeypatch
 ):
     over = [*tiny_run, "trainer.max_steps=8", "checkpoint.every_n_steps=100"]
+    before = signal.getsignal(signum)  # SIG_IGN where the tests run in a background job
     signal_at_step(monkeypatch, signum, at=at)
     with pytest.raises(Interrupted):
         train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
@@ -178,7 +179,7 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_a_rerun_resumes(
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == signum
     ckpt = torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == at + 1
-    assert signal.getsignal(signum) not in (None, signal.SIG_IGN)  # handlers restored
+    assert signal.getsignal(signum) == before  # handlers restored
     resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
     reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
     assert resumed["resumed_from_step"] == at + 1 and resumed["status"] == "completed"
