@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")
     if args.x:
         print(f"figure: {xy_figure(args.sweep_dir, args.x, args.y.split(','), out_dir)}")
-    print(f"wandb group to open (project normlab): {', '.join(report['wandb_groups'])}")
+    project = (report["wandb"] or {}).get("project", "normlab")
+    print(f"wandb group to open (project {project}): {', '.join(report['wandb_groups'])}")
     if report["wandb_sync"]:
         print(f"upload offline runs: wandb sync {report['wandb_sync']}")
     else:  # logger=csv, or wandb disabled

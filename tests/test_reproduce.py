@@ -36,6 +36,8 @@ def test_experiment_composes_and_sweeps(experiment: str) -> None:
     # Every job composes (a typo in a swept key or option fails here) ...
     for job in (jobs[0], jobs[-1]):
         reproduce.compose(experiment, job)
+    # ... each study logs to a wandb project of its own, at both sizes ...
+    assert cfg.logger.wandb.project == "normlab-" + experiment.removesuffix("_gpu")
     # ... and the size decides where and how it runs.
     if experiment.endswith("_gpu"):
         assert cfg.trainer.accelerator == "gpu"

@@ -117,6 +117,9 @@ def test_wandb_groups_by_sweep_and_job_type_drops_the_seed(compose_cfg, tmp_path
     init = wandb._wandb_init
     assert init["group"] == "study-a" and init["job_type"] == "gpt-pre-layernorm-L6-lr0.005"
     assert init["name"] == "gpt-pre-layernorm-L6-lr0.005-s3" and "L6" in init["tags"]
+    assert init["project"] == "normlab"  # the default study; study=<name> picks another
+    (wandb,) = build_loggers(compose_cfg([*over, "study=depth-2026"]), tmp_path)
+    assert wandb._wandb_init["project"] == "depth-2026"
 
 
 def test_callbacks_from_target_entries(compose_cfg, tmp_path):
@@ -162,6 +165,7 @@ def test_the_wandb_sweep_command_lines_compose(compose_cfg):
         preflight(args)
         cfg = compose_cfg(args)
         assert (cfg.placement.name, cfg.optim.lr) == (point[0][1], point[2][1])
+        assert cfg.logger.wandb.project == spec["project"]  # the runs land in the sweep's project
 
 
 def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):

@@ -109,6 +109,7 @@ SCALARS: dict[str, Any] = {
     "seed": int,
     "name": str,
     "group": str | None,
+    "study": str,
     "run_dir": str,
     "num_threads": int | None,
     "compile": bool | str | None,

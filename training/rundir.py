@@ -44,6 +44,7 @@ OPERATIONAL = (
     "run_dir",
     "name",
     "group",
+    "study",
     "resume",
     "ckpt_path",
     "debug",
