@@ -195,6 +195,34 @@ def test_ddp_jobs_of_a_multirun_stay_in_their_own_dirs(tmp_path, tiny_run):
         assert (tmp_path / job / "train_ddp_process_1.log").exists()  # rank 1 joined this job
 
 
+def test_a_sweep_rerun_and_extended_by_a_seed_stays_one_wandb_group(tmp_path, tiny_run):
+    """Run a 2-seed sweep with wandb, run it again, extend it to 3 seeds: the finished runs are
+    skipped, every run is in the sweep's wandb group with one job type for all seeds (so the UI
+    averages them), and the report has one variant of three seeds and its curves."""
+    from scripts.compare import compare
+
+    sweep = ["-m", *[o for o in tiny_run if not o.startswith("logger=")], "logger=many"]
+    sweep += [f"hydra.sweep.dir={tmp_path}"]
+    first = python(*sweep, "seed=0,1")
+    assert first.returncode == 0 and f"sweep {tmp_path}: 2 completed" in first.stdout
+    again = python(*sweep, "seed=0,1")
+    assert again.returncode == 0 and f"sweep {tmp_path}: 2 skipped" in again.stdout
+    more = python(*sweep, "seed=0,1,2")
+    assert more.returncode == 0 and f"sweep {tmp_path}: 1 completed, 2 skipped" in more.stdout
+    group = "sweep-" + "-".join(tmp_path.resolve().parts[-2:])
+    records = sorted(tmp_path.glob("*/wandb/offline-run-*/run-*.wandb"))
+    assert len(records) == 3  # one wandb run per run dir: the reruns made none
+    for record in records:
+        data = record.read_bytes()
+        assert group.encode() in data and b"gpt-pre-layernorm-L1-lr0.005" in data  # job type
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert {s["wandb_group"] for s in summaries} == {group}
+    report = compare(tmp_path)
+    (variant,) = report["variants"]
+    assert variant["seeds"] == [0, 1, 2] and report["wandb_groups"] == [group]
+    assert "loss_curves.png" in report["plots"]
+
+
 # ---------------------------------------------------------------- bad input: one line, no success
 
 
