@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the project root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
+from scripts.analysis.report import compare, markdown_table, table_cells, xy_figure  # noqa: E402
 from scripts.analysis.wandb_report import log_report  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             "`wandb sync <run_dir>/wandb/offline-run-*`"
         )
     if report["wandb"] and not args.no_wandb:
-        print(log_report(report, out_dir, report["wandb"], markdown_table(report)))
+        print(log_report(report, out_dir, table_cells(report)))
     return 0
 
 

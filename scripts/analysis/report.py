@@ -91,7 +91,8 @@ PROBE_COLUMNS = {
 }
 
 
-def markdown_table(report: dict[str, Any]) -> str:
+def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The variant table: its header and one row of cell texts per variant."""
     rows = report["variants"]
     extra = [f for f in report["variant_fields"] if f not in CANONICAL]
     has_acc = any(r["best_val_acc"] for r in rows)
@@ -99,7 +100,7 @@ def markdown_table(report: dict[str, Any]) -> str:
     head = ["model", "placement", "norm", "depth", "lr", "warmup", *extra, "seeds", "status"]
     head += ["best val loss", "final val loss", *(["best val acc"] if has_acc else [])]
     head += ["diverged at step", "throughput", *(PROBE_COLUMNS[k][0] for k in probed)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for r in rows:
         p, n = r["params"], r["n_runs"]
         cells = [p["model"], p["placement"], p["norm"], p["n_layer"], p["lr"], p["warmup_steps"]]
@@ -113,7 +114,14 @@ def markdown_table(report: dict[str, Any]) -> str:
         cells += [", ".join(map(str, r["diverged_at_steps"])) or "–"]
         cells += [fmt_throughput(r["throughput"], r["throughput_unit"])]
         cells += [fmt_stat(r.get(k), PROBE_COLUMNS[k][1]) for k in probed]
-        lines.append("| " + " | ".join("–" if c is None else str(c) for c in cells) + " |")
+        table.append(["–" if c is None else str(c) for c in cells])
+    return head, table
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    head, rows = table_cells(report)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines)
 
 

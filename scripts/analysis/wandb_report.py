@@ -35,31 +35,28 @@ def wandb_target(runs: list[Run]) -> dict[str, Any] | None:
     return {"project": project, "entity": entity, "mode": mode or "offline"}
 
 
-def table_rows(markdown_table: str) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a markdown table (report.markdown_table's) as lists of cells."""
-    lines = [line for line in markdown_table.splitlines() if line.startswith("|")]
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
-    return (cells[0], cells[2:]) if len(cells) >= 2 else ([], [])
-
-
 def artifact_name(group: str) -> str:
     """``report-<group>`` in the characters wandb allows in an artifact name."""
     return "report-" + re.sub(r"[^A-Za-z0-9_.-]", "_", group)
 
 
-def log_report(report: dict[str, Any], out_dir: Path, target: dict[str, Any], table: str) -> str:
-    """One wandb run holding the report (see the module docstring); returns what to tell the
-    user: where the offline run lies and how to upload it, or the online run's URL."""
+def log_report(
+    report: dict[str, Any], out_dir: Path, table: tuple[list[str], list[list[str]]]
+) -> str:
+    """One wandb run holding the report (see the module docstring), in ``report["wandb"]``'s
+    project; ``table``: report.table_cells'. Returns what to tell the user: where the offline
+    run lies and how to upload it, or the online run's URL."""
     import wandb
 
     from training.loggers import check_wandb_online
 
+    target = report["wandb"]
     mode = os.environ.get("WANDB_MODE") or target["mode"]
     if mode == "disabled":
         return "wandb disabled (WANDB_MODE=disabled): no report run"
     check_wandb_online(mode)
     group = report["wandb_groups"][0]
-    columns, rows = table_rows(table)
+    columns, rows = table
     os.environ.setdefault("WANDB_SILENT", "true")
     run = wandb.init(
         project=target["project"],
