@@ -42,10 +42,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table  # noqa: E402
 
 from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Verdict, evaluate  # noqa: E402
-from scripts.analysis.report import compare, markdown_table, xy_figure  # noqa: E402
+from scripts.analysis.report import compare, table_cells, xy_figure  # noqa: E402
 from scripts.analysis.runs import FINISHED, read_summary, status_of  # noqa: E402
 from scripts.analysis.wandb_report import log_report  # noqa: E402
-from training.launch import die_with_parent  # noqa: E402
+from training.launch import die_with_parent, job_dir  # noqa: E402
 
 SIZES = ("cpu", "gpu")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
@@ -106,8 +106,6 @@ def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
 def job_dirs(cfg, jobs: list[list[str]]) -> list[str]:
     """Each job's directory name below the sweep dir, as train.py -m names it: by the job's
     overrides (training/launch.py's job_dir), with the experiment's config for the rest."""
-    from training.launch import job_dir
-
     experiment = cfg.hydra.runtime.choices.experiment
     return [job_dir([f"experiment={experiment}", *job], cfg) for job in jobs]
 
@@ -333,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     report = compare(out)
     if report["wandb"]:  # the runs logged to wandb: the report joins their group
-        console.print(log_report(report, out / "report", report["wandb"], markdown_table(report)))
+        console.print(log_report(report, out / "report", table_cells(report)))
     for figure in finding.figures:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in finding.draws:
