@@ -175,6 +175,67 @@ def corpus_pieces(cfg: Any, workdir: Path):
     return ds
 
 
+def have_datasets() -> bool:
+    """Whether the datasets library can be imported (a bare GPU machine may lack it)."""
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def local_pieces(cfg: Any) -> list[str]:
+    """``corpus_pieces`` for the local sources as a list of strings, without datasets."""
+    check_source(cfg)
+    if cfg.source == "pydocs":
+        docs = _pydocs()
+        pieces = [d + "\n" for d in docs[:-1]] + docs[-1:]
+    elif cfg.source == "text_files":
+        files = tuple(str(p) for p in _checked_files(list(cfg.paths)))
+        try:
+            pieces = [row["text"] for row in _file_chunks(files, cfg.encoding)]
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"cannot decode data.paths as {cfg.encoding}; convert the files to UTF-8 "
+                "or set data.encoding"
+            ) from err
+    else:
+        raise ValueError(
+            "data=hf_text needs the datasets library: pip install datasets, or use "
+            "data=pydocs / data=text_files"
+        )
+    return pieces if cfg.max_chars is None else cut_list(pieces, cfg.max_chars)[0]
+
+
+def cut_list(pieces: list[str], n_chars: int) -> tuple[list[str], list[str]]:
+    """``cut`` for a list of strings: the pieces of the first ``n_chars`` chars, and the rest."""
+    seen = 0
+    for i, piece in enumerate(pieces):
+        if seen + len(piece) > n_chars:
+            inside = n_chars - seen
+            if inside == 0:
+                return pieces[:i], pieces[i:]
+            return pieces[:i] + [piece[:inside]], [piece[inside:], *pieces[i + 1 :]]
+        seen += len(piece)
+    return pieces, []
+
+
+def split_list(pieces: list[str], val_fraction: float) -> tuple[list[str], list[str]]:
+    n_chars = sum(map(len, pieces))
+    return cut_list(pieces, n_chars - int(n_chars * val_fraction))
+
+
+def list_batches(pieces: list[str], max_chars: int | None, rows: int = 256):
+    """``text_batches`` over a list of strings."""
+    seen = 0
+    for start in range(0, len(pieces), rows):
+        batch = pieces[start : start + rows]
+        yield batch
+        seen += sum(map(len, batch))
+        if max_chars is not None and seen >= max_chars:
+            return
+
+
 def load_text(cfg: Any) -> str:
     """The whole corpus as one string (for small corpora and tests)."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -101,6 +101,8 @@ def _tokenizer(cfg: Any, batches: Callable[[int | None], Iterator[list[str]]], l
 def _build(cfg: Any, tmp: Path, log) -> dict:
     if cfg.streaming:
         return _build_streamed(cfg, tmp, log)
+    if not corpora.have_datasets():
+        return _build_in_memory(cfg, tmp, log)
     work = tmp / "work"
     tok = None if is_trained(cfg.tokenizer) else load_fixed(cfg.tokenizer)  # fails fast offline
     train, val = corpora.split_pieces(corpora.corpus_pieces(cfg, work), cfg.val_fraction)
@@ -170,6 +172,35 @@ def _encode_split(part, tok: Tokenizer, dtype: np.dtype, tmp: Path, name: str, n
             writer.write(ids.to_numpy(zero_copy_only=False))
     writer.close()
     return writer.spec()
+
+
+# ---------------------------------------------------------------- without the datasets library
+
+
+def _build_in_memory(cfg: Any, tmp: Path, log) -> dict:
+    """The same entry as ``_build``, for a local corpus held in memory: a machine without the
+    datasets library (a bare GPU box) still trains on pydocs or text files. Pieces, split and
+    per-piece encoding follow the datasets path, so the token files are identical."""
+    train, val = corpora.split_list(corpora.local_pieces(cfg), cfg.val_fraction)
+    tok = None if is_trained(cfg.tokenizer) else load_fixed(cfg.tokenizer)
+    tok = tok or _tokenizer(cfg, lambda limit: corpora.list_batches(train, limit), log)
+    dtype = token_dtype(tok.vocab_size)
+    arrays, splits = {}, {}
+    for name, part in (("train", train), ("val", val)):
+        writer = ArrayWriter(tmp, name, dtype)
+        for texts in corpora.list_batches(part, None):
+            for ids in tok.encode_batch(texts):
+                writer.write(ids)
+        writer.close()
+        arrays[name] = writer.spec()
+        chars, nbytes = sum(map(len, part)), sum(len(t.encode()) for t in part)
+        splits[name] = {"chars": chars, "bytes": nbytes, "tokens": arrays[name]["shape"][0]}
+    return {
+        "arrays": arrays,
+        "splits": splits,
+        "vocab_size": tok.vocab_size,
+        "tokenizer_file": _save_tokenizer(tok, tmp),
+    }
 
 
 # ---------------------------------------------------------------- streaming

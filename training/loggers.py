@@ -17,6 +17,7 @@ artifact with ``logger.wandb.log_model=true``. wandb's console output stays quie
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -185,10 +186,10 @@ class WandbMetrics(Callback):
 
 def finish_wandb(summary: dict | None = None) -> None:
     """Put the run's outcome in the wandb run table, then close the run (so the next job of a
-    multirun starts its own)."""
-    import wandb
-
-    if wandb.run is None:
+    multirun starts its own). A process that never imported wandb has no run to close (and
+    may have no wandb: a bare GPU machine with logger=csv)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
         return
     if summary is not None:
         wandb.run.summary.update({k: summary[k] for k in SUMMARY_FIELDS if k in summary})

@@ -30,10 +30,17 @@ import torch
 
 from scripts.bench.core import CLOCKS, BenchConfig, Result, keep_freed_memory, one_line
 from scripts.bench.harness import bench_lightning, bench_memory, bench_probes
-from scripts.bench.models import bench_gpt, bench_norms, bench_placements, bench_vit
+from scripts.bench.models import (
+    bench_gpt,
+    bench_norms,
+    bench_placements,
+    bench_variants,
+    bench_vit,
+)
 
 SECTIONS: dict[str, Callable[[BenchConfig], list[Result]]] = {
     "gpt": bench_gpt,
+    "variants": bench_variants,
     "vit": bench_vit,
     "norms": bench_norms,
     "placements": bench_placements,

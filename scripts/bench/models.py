@@ -50,7 +50,11 @@ GELU_FORMS = {"gelu": "exact", "gelu_new": "tanh", "gelu_tanh": "tanh", "gelu_py
 
 
 def normlab_gpt(
-    s: LMSize, placement: str = "pre", norm: str = "layernorm", activation: str = "gelu"
+    s: LMSize,
+    placement: str = "pre",
+    norm: str = "layernorm",
+    activation: str = "gelu",
+    qk_norm: bool = False,
 ) -> GPT:
     return GPT(
         GPTConfig(
@@ -63,6 +67,7 @@ def normlab_gpt(
             norm=norm,
             init="gpt2",
             activation=activation,
+            qk_norm=qk_norm,
         )
     )
 
@@ -209,6 +214,47 @@ def gpt_mode(bc: BenchConfig) -> list[Result]:
             out.append(Result("gpt", f"{r.name} peak memory", mem[r.name], "GiB"))
     params = float(models[f"normlab{mode}"].num_params())
     out.append(Result("gpt", "params (each)", params, "", note="identical: checked"))
+    return out
+
+
+# The variants a stability study swaps, each as (placement, norm, qk_norm), at the GPT's size.
+VARIANTS = {
+    "pre/layernorm": ("pre", "layernorm", False),
+    "pre/rmsnorm": ("pre", "rmsnorm", False),
+    "deepnorm/layernorm": ("deepnorm", "layernorm", False),
+    "pre/layernorm qk_norm": ("pre", "layernorm", True),
+}
+
+
+def bench_variants(bc: BenchConfig) -> list[Result]:
+    """Training steps of normlab's GPT at the gpt section's size for each of VARIANTS: tok/s
+    against Pre-LN LayerNorm, model TFLOP/s, and on CUDA MFU and peak memory."""
+    s = GPT_SIZES[bc.size]
+    x = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    y = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size), device=bc.device)
+    steps, mem, fpt = {}, {}, {}
+    for name, (placement, norm, qk) in VARIANTS.items():
+        torch.manual_seed(0)
+        model = normlab_gpt(s, placement, norm, qk_norm=qk).to(bc.device)
+        loss = maybe_compile(lambda model=model: model(x, y)[1], bc)
+        steps[name] = train_step(model, loss, bc)
+        mem[name], fpt[name] = warm(steps[name], bc, nbytes(model)), flops_per_token(model)
+    mode = "compiled" if bc.compile else "eager"
+    note = f"L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}, {bc.precision} {mode}"
+    out = speed_results(
+        "variants",
+        interleaved(steps, bc),
+        "pre/layernorm",
+        s.batch_size * s.block_size,
+        "tok/s",
+        note,
+    )
+    for r in [r for r in out if r.unit == "tok/s"]:
+        out.append(Result("variants", f"{r.name} model", r.value * fpt[r.name] / 1e12, "TFLOP/s"))
+        if bc.device == "cuda":
+            mfu = r.value * fpt[r.name] / PEAK_BF16_FLOPS
+            out.append(Result("variants", f"{r.name} MFU", mfu, "", note="of 989 TFLOP/s"))
+            out.append(Result("variants", f"{r.name} peak memory", mem[r.name], "GiB"))
     return out
 
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# normlab on one CUDA GPU in one command, about 8 minutes; every figure lands in OUT_DIR.
+#
+#   scripts/gpu_check.sh OUT_DIR          # on a CUDA machine (OUT_DIR defaults to $OUT)
+#   scripts/gpu_check.sh --dry-run DIR    # every step at tiny sizes on the CPU (what CI runs)
+#
+# Steps, most important first, each under its own timeout, so a cut run still returns the
+# numbers measured before the cut:
+#   a. bench_gpt.json       python -m scripts.bench --device cuda --only gpt: GPT-2 small (124M,
+#                           context 1024, bf16, torch.compile, fused AdamW), normlab's GPT vs the
+#                           plain GPT vs HF GPT-2: tok/s, MFU (of 989 TFLOP/s), peak memory
+#      bench_variants.json  the same size for norm=rmsnorm, placement=deepnorm, model.qk_norm=true
+#   b. train.py trainer=gpu for the default job and model=vit (logger=csv): they run, throughput
+#   c. sweep.json           the league's GPU-size run shape as 1, 4 and 8 runs at once on the
+#                           one device: runs per hour and per-run slowdown
+#   d. f3.json              a short GPU-size F3: d=256, depths 6 and 24, post / pre / deepnorm,
+#                           all six runs at once
+# gpu_check.md collects the tables, gpu_check.log every step's output (8 files in all).
+#
+# The GPU machine needs neither wandb nor datasets (logger=csv, the embedded data; text is
+# tokenized without datasets when it is missing). It lacks hydra-core, omegaconf and the ANTLR
+# runtime; carry these wheels (about 1 MiB) in .whl/ and this script installs them first:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp -d .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
+# Environment: PYTHON (default python3), WORK (run dirs; default a new temp dir).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+dry=0
+out_dir=${OUT:-}
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry=1 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -*) echo "error: unknown option $arg; use --dry-run or -h" >&2; exit 2 ;;
+    *) out_dir=$arg ;;
+  esac
+done
+if [ -z "$out_dir" ]; then
+  echo "error: no output directory; pass one (scripts/gpu_check.sh OUT_DIR) or set OUT" >&2
+  exit 2
+fi
+mkdir -p "$out_dir" && out_dir=$(cd "$out_dir" && pwd)
+py=${PYTHON:-python3}
+work=${WORK:-$(mktemp -d -t normlab-gpu-check-XXXX)}
+log=$out_dir/gpu_check.log
+md=$out_dir/gpu_check.md
+export WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+
+if ! "$py" -c "import hydra, omegaconf" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/normlab-site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/normlab-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+if [ "$dry" = 1 ]; then  # tiny sizes on the CPU: the script, its arguments and its files
+  bench=(--device cpu --quick)
+  run=(trainer=cpu trainer.max_steps=4 trainer.val_check_interval=4 num_threads=1
+    model.n_layer=1 model.n_embd=32 model.n_head=2 data.batch_size=4)
+  jobs=1,2
+  sweep=(trainer=cpu trainer.max_steps=4 num_threads=1 model.n_layer=1 model.n_embd=32
+    model.n_head=2 model.block_size=32 data.batch_size=4)
+  f3=(trainer=cpu trainer.max_steps=4 num_threads=1 model.n_embd=16 model.n_head=2
+    model.block_size=16 data.batch_size=4 optim.warmup_steps=1)
+  depths=1
+  limits=(300 300 120 180 180)
+else
+  "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "error: no CUDA device here; run scripts/gpu_check.sh --dry-run DIR on a CPU" >&2
+    exit 2
+  }
+  bench=(--device cuda)
+  run=(trainer=gpu)
+  jobs=1,4,8
+  # The league's GPU-size run shape (conf/experiment/placements_depth_gpu.yaml) on pydocs.
+  sweep=(trainer=gpu model.n_layer=6 model.n_embd=512 model.n_head=8 model.block_size=256
+    data.batch_size=64 trainer.max_steps=500 trainer.val_check_interval=250 optim.warmup_steps=50)
+  f3=(trainer=gpu model.n_embd=256 model.n_head=4 model.block_size=256 data.batch_size=64
+    trainer.max_steps=1500 optim.warmup_steps=300 optim.lr=5e-4 trainer.val_check_interval=500
+    model.qk_norm=false optim.schedule=cosine)
+  depths=6,24
+  limits=(200 120 150 150 150)
+fi
+
+failed=0
+step() {  # step NAME SECONDS COMMAND...: run it under its timeout, log it, note the outcome
+  local name=$1 limit=$2 began rc
+  shift 2
+  began=$(date +%s)
+  echo "== $name (timeout ${limit} s): $*" | tee -a "$log"
+  timeout -k 20 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  [ $rc = 0 ] || failed=1
+  echo "- $name: exit $rc after $(($(date +%s) - began)) s$([ $rc = 124 ] && echo ' (timed out)')" \
+    | tee -a "$md"
+}
+
+bench_table() {  # bench_table JSON: its rows as markdown (name, value, unit, x base)
+  "$py" - "$1" >>"$md" 2>>"$log" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+print(f"\n{report['meta'].get('gpu') or report['meta'].get('cpu')}, torch {report['meta']['torch']}")
+print("| name | value | unit | x base | note |\n|---|---|---|---|---|")
+for r in report["results"]:
+    ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}"
+    value = "" if r["value"] is None else f"{r['value']:.4g}"
+    print(f"| {r['name']} | {value} | {r['unit']} | {ratio} | {r['note']} |")
+PY
+}
+
+: >"$log"
+{
+  echo "# normlab GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')$([ $dry = 1 ] && echo ' (dry run, CPU)')"
+  "$py" -c "import torch; print('torch', torch.__version__, '|', torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
+  echo
+} >"$md" 2>>"$log"
+
+step "a. bench gpt" "${limits[0]}" "$py" -m scripts.bench "${bench[@]}" --only gpt \
+  --out "$out_dir/bench_gpt.json"
+[ -f "$out_dir/bench_gpt.json" ] && bench_table "$out_dir/bench_gpt.json"
+step "a. bench variants" "${limits[1]}" "$py" -m scripts.bench "${bench[@]}" --only variants \
+  --out "$out_dir/bench_variants.json"
+[ -f "$out_dir/bench_variants.json" ] && bench_table "$out_dir/bench_variants.json"
+
+for model in gpt vit; do
+  step "b. train.py model=$model" "${limits[2]}" "$py" train.py "model=$model" "${run[@]}" \
+    logger=csv "hydra.run.dir=$work/$model"
+  [ -f "$work/$model/summary.json" ] && "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('  ', {k: s.get(k) for k in ('status','steps','final_val_loss','final_val_acc','tokens_per_s','samples_per_s','wall_s')})" \
+      "$work/$model/summary.json" >>"$md"
+done
+
+step "c. sweep throughput" "${limits[3]}" "$py" -m scripts.bench.concurrent --jobs "$jobs" \
+  --out "$out_dir/sweep.json" --work "$work/sweep" -- logger=csv "${sweep[@]}"
+[ -f "$out_dir/sweep.json" ] && "$py" -c "
+import json, sys
+from scripts.bench.concurrent import markdown
+print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/sweep.json" >>"$md"
+
+step "d. short F3" "${limits[4]}" "$py" -m scripts.bench.concurrent \
+  --grid placement=post,pre,deepnorm --grid "model.n_layer=$depths" \
+  --out "$out_dir/f3.json" --work "$work/f3" -- logger=csv "${f3[@]}"
+[ -f "$out_dir/f3.json" ] && "$py" -c "
+import json, sys
+from scripts.bench.concurrent import markdown
+print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/f3.json" >>"$md"
+
+echo "done: $out_dir (gpu_check.md, gpu_check.log, bench_*.json, sweep.json, f3.json)"
+exit $failed
