@@ -5,8 +5,11 @@
 An entry is built in a temporary sibling directory and renamed into place when complete, under a
 file lock, so a build killed half way is never read, and two jobs that need the same entry at once
 build it once: the second waits for the lock, then finds the entry. meta.json, written last,
-records the fingerprint and every file's size; an entry whose meta is missing, unreadable, of
-another fingerprint, or whose files differ in size is rebuilt, never trained on.
+records the fingerprint and every file's size, mtime and BLAKE2b checksum; an entry whose meta is
+missing, unreadable or of another fingerprint, whose files are missing or differ in size, or
+whose checksums differ is rebuilt, never trained on. Checksums are verified on every open for
+entries up to VERIFY_BYTES (the embedded corpora: milliseconds), and for larger ones whenever a
+file's mtime is no longer the one recorded at the build.
 
 ``cache_dir`` defaults to $NORMLAB_CACHE, else $XDG_CACHE_HOME/normlab, else ~/.cache/normlab.
 """
@@ -26,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 1  # bump when the layout of an entry changes: old entries are then rebuilt
+FORMAT = 2  # bump when the layout of an entry changes: old entries are then rebuilt
 META = "meta.json"
+VERIFY_BYTES = 256 * 2**20  # entries up to this size are checksummed on every open
 
 
 def default_cache_dir() -> Path:
@@ -80,6 +84,13 @@ class Entry:
     path: Path
     meta: dict
 
+    @property
+    def identity(self) -> str:
+        """What a run records of its data: the entry (its fingerprint) and its files' checksums."""
+        sums = {name: f["blake2b"] for name, f in self.meta.get("files", {}).items()}
+        blob = json.dumps(sums, sort_keys=True).encode()
+        return f"{self.path.name}:{hashlib.sha256(blob).hexdigest()[:12]}"
+
     def array(self, name: str, mode: str = "r") -> np.ndarray:
         """A memory-mapped array of the entry (dtype and shape from meta.json)."""
         spec = self.meta["arrays"][name]
@@ -103,7 +114,34 @@ def problem(path: Path, fingerprint: dict) -> str | None:
         have = file.stat().st_size if file.exists() else -1
         if have != want and want:
             return f"{spec['file']} holds {max(have, 0)} bytes, not {want} ({name})"
+    files = meta.get("files", {})
+    always = sum(f["size"] for f in files.values()) <= VERIFY_BYTES
+    for name, want in files.items():
+        file = path / name
+        if not file.is_file() or file.stat().st_size != want["size"]:
+            return f"{name} is missing or not {want['size']} bytes"
+        if (always or file.stat().st_mtime_ns != want["mtime_ns"]) and checksum(file) != want[
+            "blake2b"
+        ]:
+            return f"{name} does not match the checksum recorded when it was built"
     return None
+
+
+def checksum(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_records(directory: Path) -> dict:
+    """Size, mtime and checksum of every file of an entry (meta.json aside)."""
+    return {
+        p.name: {"size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "blake2b": checksum(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != META
+    }
 
 
 def _plain(value: dict) -> dict:
@@ -139,9 +177,10 @@ def prepared(path: Path, fingerprint: dict, build: Callable[[Path], dict], log=p
         tmp.mkdir()
         try:
             meta = build(tmp)
-            meta = {"format": FORMAT, "fingerprint": _plain(fingerprint), **meta}
-            write_atomic(tmp / META, json.dumps(meta, indent=1))
             _fsync_dir(tmp)
+            meta = {"format": FORMAT, "fingerprint": _plain(fingerprint), **meta}
+            meta["files"] = file_records(tmp)
+            write_atomic(tmp / META, json.dumps(meta, indent=1))
             os.rename(tmp, path)
         except OSError as err:
             shutil.rmtree(tmp, ignore_errors=True)

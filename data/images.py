@@ -13,6 +13,9 @@ arrays with int64 labels (data/cache.py: built atomically, rebuilt when untrustw
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,13 +42,17 @@ def load_digits() -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def _folder_key(path: Path) -> dict:
-    """Files, bytes and the newest mtime under ``path``: changes when images are added or edited."""
-    count = size = newest = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            st = os.stat(os.path.join(root, name))
-            count, size, newest = count + 1, size + st.st_size, max(newest, st.st_mtime_ns)
-    return {"path": str(path.resolve()), "files": count, "bytes": size, "mtime_ns": newest}
+    """Every file's path relative to ``path`` (so its class), size and mtime, as one digest:
+    it changes when an image is added, edited, removed or moved to another class folder."""
+    listing = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            st = os.stat(full)
+            listing.append((os.path.relpath(full, path), st.st_size, st.st_mtime_ns))
+    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+    return {"path": str(path.resolve()), "files": len(listing), "listing_sha256": digest}
 
 
 def source_key(cfg: Any) -> dict:
@@ -160,6 +167,31 @@ def _decode(ds, cfg: Any, tmp: Path, split: str, mode: str) -> dict:
     return {f"{split}_x": images.spec(), f"{split}_y": labels.spec()}
 
 
+GRAY = ("L", "1")  # PIL modes stored as one channel; every other mode is converted to RGB
+
+
+def image_mode(splits: dict, cfg: Any, log=print) -> str:
+    """One mode for the whole set, read from every image's header (no decoding): L when all
+    are grayscale, else RGB, the grayscale ones converted (nothing is lost) and counted."""
+    import datasets
+    from PIL import Image
+
+    modes: dict[str, int] = {}
+    for ds in splits.values():
+        raw = ds.select_columns([cfg.image_column])
+        raw = raw.cast_column(cfg.image_column, datasets.Image(decode=False))
+        for row in raw:
+            cell = row[cfg.image_column]
+            source = io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]
+            with Image.open(source) as pic:
+                modes[pic.mode] = modes.get(pic.mode, 0) + 1
+    gray = sum(n for m, n in modes.items() if m in GRAY)
+    if gray and gray < sum(modes.values()):
+        where = cfg.hf_id or cfg.path
+        log(f"{where}: {gray} grayscale images among colour ones; converting them to RGB")
+    return "L" if gray == sum(modes.values()) else "RGB"
+
+
 def prepare_images(cfg: Any, log=print) -> Entry:
     """The cache entry of the decoded images: arrays train_x, train_y (and val_x, val_y)."""
     fp = {"source": source_key(cfg), "image_size": cfg.image_size, "val_split": cfg.val_split}
@@ -174,7 +206,7 @@ def prepare_images(cfg: Any, log=print) -> Entry:
         train = splits["train"]
         if len(train) == 0:
             raise ValueError(f"{cfg.hf_id or cfg.path} has no train images; check data.path")
-        mode = "L" if getattr(train[0][cfg.image_column], "mode", "L") in ("L", "1") else "RGB"
+        mode = image_mode(splits, cfg, log)
         arrays = {}
         for split, ds in splits.items():
             arrays.update(_decode(ds, cfg, tmp, split, mode))

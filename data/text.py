@@ -112,6 +112,7 @@ class TextDataModule(StepDataModule):
                     "lower model.block_size, adjust data.val_fraction, or use more text"
                 )
         self.cache_path: Path = entry.path
+        self.identity = entry.identity  # recorded with the run: a resume checks it
         self.train_tokens, self.val_tokens = train, val
         # UTF-8 bytes each id stands for: the task turns val/loss into val/bpb with it.
         self.token_bytes = torch.from_numpy(tokenizer.token_bytes())
@@ -145,6 +146,18 @@ class TextDataModule(StepDataModule):
             raise RuntimeError("call dm.setup() before using the vocabulary or the loaders")
         return self.tokenizer
 
+    def checked(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids`` unless one lies outside the vocabulary: a token file that changed under the
+        cache (its checksum is verified when the entry opens) fails here in one line, not in
+        the embedding's IndexError."""
+        high = int(ids.max()) if ids.numel() else 0
+        if high >= self._ready().vocab_size:
+            raise ValueError(
+                f"token cache {self.cache_path} holds id {high}, outside the vocabulary of "
+                f"{self.vocab_size}; delete that directory (it is rebuilt on the next run)"
+            )
+        return ids
+
     def train_batch(
         self, step: int, batch_size: int | None = None, rows: slice | None = None
     ) -> tuple[torch.Tensor, ...]:
@@ -153,7 +166,8 @@ class TextDataModule(StepDataModule):
         high = len(self.train_tokens) - self.block_size  # last start leaving T+1 tokens
         b = batch_size or self.batch_size
         offsets = torch.randint(0, high, (b,), generator=step_generator(self.seed, step))
-        return window_batch(self.train_tokens, offsets[rows or slice(None)], self.block_size)
+        x, y = window_batch(self.train_tokens, offsets[rows or slice(None)], self.block_size)
+        return self.checked(x), self.checked(y)
 
     def train_dataloader(self) -> DataLoader:
         self._ready()
@@ -174,6 +188,7 @@ class TextDataModule(StepDataModule):
         last = len(self.val_tokens) - self.block_size - 1
         offsets = torch.linspace(0, last, n).round().long()
         x, y = window_batch(self.val_tokens, offsets, self.block_size)
+        self.checked(x), self.checked(y)
         batches = list(zip(x.split(self.batch_size), y.split(self.batch_size), strict=True))
         return DataLoader(batches, batch_size=None)
 

@@ -16,6 +16,7 @@ seeded by SPLIT_SEED (a property of the data, not of the run), as are sets witho
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,6 +140,8 @@ class ImageDataModule(StepDataModule):
             images = F.interpolate(pixels, size=size, mode="bilinear", antialias=True).numpy()
             self.scale = 1.0
         self.images, self.labels = images, torch.from_numpy(labels)
+        digest = hashlib.sha256(np.ascontiguousarray(images).tobytes() + labels.tobytes())
+        self.identity = f"digits:{digest.hexdigest()[:12]}"  # recorded with the run
         self.val_images, self.val_labels = images, self.labels
         self.train_idx, self.val_idx = fixed_split(len(images), self.cfg.val_fraction)
         train = torch.from_numpy(images[self.train_idx.numpy()]).float() / self.scale
@@ -146,6 +149,7 @@ class ImageDataModule(StepDataModule):
 
     def _setup_cached(self) -> None:
         entry = prepare_images(self.cfg)
+        self.identity = entry.identity  # recorded with the run: a resume checks it
         self.num_classes, self.scale = entry.meta["num_classes"], 255.0
         self.images, self.labels = (
             entry.array("train_x"),
