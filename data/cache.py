@@ -157,13 +157,19 @@ def prepared(path: Path, fingerprint: dict, build: Callable[[Path], dict], log=p
 
     if problem(path, fingerprint) is None:
         return _read(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=1)
     except Timeout:
         log(f"waiting for another process to finish preparing {path}")
         lock.acquire()
+    except OSError as err:  # read-only, no permission
+        raise OSError(
+            err.errno,
+            f"cannot write the data cache in {path.parent} ({err.strerror}); set "
+            "data.cache_dir=<a writable directory> (or $NORMLAB_CACHE)",
+        ) from err
     try:
         why = problem(path, fingerprint)
         if why is None:  # built by the process that held the lock

@@ -115,8 +115,30 @@ class TextDataModule(StepDataModule):
         self.identity = entry.identity  # recorded with the run: a resume checks it
         self.train_tokens, self.val_tokens = train, val
         # UTF-8 bytes each id stands for: the task turns val/loss into val/bpb with it.
-        self.token_bytes = torch.from_numpy(tokenizer.token_bytes())
+        self.token_bytes = torch.from_numpy(self._bytes_table(tokenizer, entry, val))
         self.tokenizer = tokenizer
+
+    def _bytes_table(self, tokenizer: Tokenizer, entry, val: np.ndarray) -> np.ndarray:
+        """Bytes per id, scaled so that the val split's ids add up to its text's UTF-8 bytes
+        (recorded when the cache was built). A lossless tokenizer needs no scaling; one that
+        loses text (unknown tokens) would otherwise give a bpb against the bytes its ids decode
+        to: it is flagged (``lossy_tokenizer``) and measured against the real bytes."""
+        table = tokenizer.token_bytes()
+        text_bytes = entry.meta.get("splits", {}).get("val", {}).get("bytes")
+        decoded = sum(
+            int(np.bincount(val[i : i + 2**24], minlength=len(table)) @ table)
+            for i in range(0, len(val), 2**24)
+        )
+        self.lossy_tokenizer = bool(text_bytes) and decoded != text_bytes
+        if not self.lossy_tokenizer:
+            return table
+        print(
+            f"warning: data.tokenizer={self.cfg.tokenizer} does not give back the val text "
+            f"({decoded} bytes decoded, {text_bytes} in the text); val/bpb divides by the "
+            "text's bytes",
+            flush=True,
+        )
+        return table * (text_bytes / max(decoded, 1))
 
     @property
     def vocab(self) -> list[str]:

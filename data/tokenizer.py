@@ -252,9 +252,15 @@ def load_fixed(name: str, revision: str | None = None) -> Tokenizer:
     key = fixed_key(name, revision)
     if key["tokenizer"] == "bytes":
         return ByteTokenizer()
-    if key["tokenizer"] == "file":
-        return HFTokenizer.from_str(Path(name).expanduser().read_text())
-    return HFTokenizer.from_str(Path(_hub_tokenizer_file(name, revision)).read_text())
+    path = Path(name).expanduser() if key["tokenizer"] == "file" else None
+    path = path or Path(_hub_tokenizer_file(name, revision))
+    try:
+        return HFTokenizer.from_str(path.read_text(errors="replace"))
+    except Exception as err:  # tokenizers raises its own Exception type for a bad file
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        raise ValueError(
+            f"{path} is not a tokenizers JSON file ({reason}); fix data.tokenizer={name}"
+        ) from err
 
 
 def _hub_tokenizer_file(repo: str, revision: str | None) -> str:

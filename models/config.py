@@ -56,9 +56,9 @@ class BlockConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.norm_eps <= 0:
-            raise ValueError(f"model.norm_eps must be > 0, got {self.norm_eps}")
+            raise ValueError(f"norm.eps must be > 0, got {self.norm_eps}")
         if not 0.0 <= self.mix_fraction <= 1.0:
-            raise ValueError(f"model.mix_fraction must be in [0, 1], got {self.mix_fraction}")
+            raise ValueError(f"placement.mix_fraction must be in [0, 1], got {self.mix_fraction}")
         if self.causal:
             check_causal_norm(self.norm)
         build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here

@@ -87,6 +87,12 @@ def load_rms_norm_kernel() -> bool:
     return _state["loaded"]
 
 
+def kernel_used() -> bool | None:
+    """Whether RMSNorm ran through the fused kernel in this process: True, False (off or its
+    build failed: F.rms_norm), or None (no RMSNorm on the CPU asked for it)."""
+    return _state.get("loaded")
+
+
 def register_autograd() -> None:
     """Shapes for torch.compile's tracing, and the backward, of the C++ ops."""
 

@@ -61,19 +61,27 @@ class RMSNorm(nn.Module):
 class DyT(nn.Module):
     """Dynamic Tanh (Zhu et al. 2025): y = gamma * tanh(a * x) + beta, a one learnable scalar.
 
-    Takes no statistics at all; eps is accepted for a uniform constructor and unused.
+    Takes no statistics at all; eps is accepted for a uniform constructor and unused. ``a`` has
+    shape (1,), as in the paper's code: a 0-dim tensor does not take part in type promotion, so
+    under bf16 autocast ``a * x`` and the tanh would run in bf16.
     """
 
     def __init__(self, dim: int, eps: float = 1e-5, alpha: float = 0.5) -> None:
         super().__init__()
         if not alpha > 0:
-            raise ValueError(f"dyt_alpha must be > 0, got {alpha}; the paper's default is 0.5")
-        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+            raise ValueError(f"norm.alpha must be > 0, got {alpha}; the paper's default is 0.5")
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha)))
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        alpha = state_dict.get(prefix + "alpha")
+        if alpha is not None and alpha.dim() == 0:  # checkpoints saved with a 0-dim alpha
+            state_dict[prefix + "alpha"] = alpha.reshape(1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
@@ -88,8 +96,8 @@ class GroupNorm(nn.Module):
         super().__init__()
         if not isinstance(groups, int) or groups <= 0 or dim % groups != 0:
             raise ValueError(
-                f"norm_groups={groups!r} does not divide the feature size {dim}; "
-                "pick model.norm_groups as a positive divisor of model.n_embd"
+                f"norm.groups={groups!r} does not divide the feature size {dim}; "
+                "pick norm.groups as a positive divisor of model.n_embd"
             )
         self.eps, self.groups = eps, groups
         self.weight = nn.Parameter(torch.ones(dim))
@@ -98,10 +106,12 @@ class GroupNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Each group is a LayerNorm over its own features: the fused layer_norm kernel on a
         # (..., groups, dim / groups) view is several times faster than F.group_norm on CPU.
+        # In fp32, as F.group_norm computes a bf16 input's statistics: without a weight, torch's
+        # CPU layer_norm would run a bf16 input's backward in bf16 throughout.
         y = F.layer_norm(
-            x.unflatten(-1, (self.groups, -1)), (x.shape[-1] // self.groups,), eps=self.eps
+            x.float().unflatten(-1, (self.groups, -1)), (x.shape[-1] // self.groups,), eps=self.eps
         )
-        return torch.addcmul(self.bias, y.flatten(-2), self.weight)
+        return torch.addcmul(self.bias, y.flatten(-2), self.weight).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}"

@@ -3,11 +3,14 @@
     python -m scripts.evaluate outputs/2026-12-01/12-00-00              # last.ckpt, GPT or ViT
     python -m scripts.evaluate <run_dir> --ckpt <run_dir>/checkpoints/superseded-<time>/last.ckpt
 
-The checkpoint rebuilds the model (its saved hyperparameters); the run's .hydra/config.yaml
-rebuilds the data, so the validation set is the run's own (fixed windows of the text, the
-image set's val split). Prints val/loss and, where the task has them, val/acc (ViT) and val/bpb
-(GPT); ``--json`` prints them as one JSON object. A completed run's last.ckpt gives back the
-final validation of its summary.json.
+The checkpoint rebuilds the model (its saved hyperparameters) and the data: the settings it
+recorded when it trained (block size, val windows, tokenizer, ...) override the run dir's
+.hydra/config.yaml, which may be a later attempt's, so the validation set is the one this
+checkpoint validated on (fixed windows of the text, the image set's val split). When the data
+changed since (another corpus, images moved), a warning line says so. Prints val/loss and, where
+the task has them, val/acc (ViT) and val/bpb (GPT); ``--json`` prints them as one JSON object.
+A completed run's last.ckpt gives back the final validation of its summary.json. Bad input is
+one ``error:`` line and exit code 1, as in train.py.
 """
 
 from __future__ import annotations
@@ -26,15 +29,21 @@ if str(ROOT) not in sys.path:  # run as a file: make the project root importable
 CONFIG = Path(".hydra") / "config.yaml"
 
 
-def run_config(run_dir: Path):
-    """The run's resolved config; ``run_dir`` stands in for Hydra's output dir."""
+def run_config(run_dir: Path, recorded: dict | None = None):
+    """The run's config with the settings a checkpoint ``recorded`` (flat dotted keys) put
+    back; ``run_dir`` stands in for Hydra's output dir."""
     from omegaconf import OmegaConf
+
+    from training.errors import ConfigError
 
     path = run_dir / CONFIG
     if not path.is_file():
-        raise SystemExit(f"error: {path} does not exist; pass a run directory train.py wrote")
+        raise ConfigError(f"{path} does not exist; pass a run directory train.py wrote")
     cfg = OmegaConf.load(path)
     cfg.run_dir = str(run_dir)
+    for key, value in (recorded or {}).items():
+        if OmegaConf.select(cfg, key, default=KeyError) is not KeyError:
+            OmegaConf.update(cfg, key, value, merge=False)
     return cfg
 
 
@@ -45,16 +54,24 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
 
     from training.build import build_data, model_spec, set_threads
+    from training.errors import ConfigError
+    from training.resume import read_checkpoint, resume_state
 
     ckpt = ckpt or run_dir / "last.ckpt"
     if not ckpt.is_file():
-        raise SystemExit(
-            f"error: {ckpt} does not exist; pass a run dir with a last.ckpt, or --ckpt"
-        )
-    cfg = run_config(run_dir)
+        raise ConfigError(f"{ckpt} does not exist; pass a run dir with a last.ckpt, or --ckpt")
+    recorded = resume_state(read_checkpoint(ckpt, "pass another checkpoint")).get("run_config")
+    cfg = run_config(run_dir, recorded)
     set_threads(threads if threads is not None else cfg.get("num_threads"))
     spec = model_spec(cfg)
     dm = build_data(cfg, spec)
+    trained_on, now = (recorded or {}).get("data.identity"), getattr(dm, "identity", None)
+    if trained_on is not None and trained_on != now:
+        print(
+            f"warning: the data changed since {ckpt} trained (data.identity {trained_on} -> "
+            f"{now}); these metrics are on today's data",
+            file=sys.stderr,
+        )
     task = spec.task.load_from_checkpoint(ckpt, map_location="cpu")
     trainer = L.Trainer(
         accelerator="cpu",
@@ -73,6 +90,12 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from training.errors import script_errors
+
+    return script_errors(evaluate_main)(argv)
+
+
+def evaluate_main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--ckpt", type=Path, default=None, help="default: <run_dir>/last.ckpt")

@@ -50,15 +50,27 @@ def generate(
 
 def load_run(run_dir: Path) -> GPT:
     """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
+    from training.errors import ConfigError
+    from training.resume import read_checkpoint
     from training.task import LanguageModelTask
 
     path = run_dir / "last.ckpt"
     if not path.is_file():
-        raise SystemExit(f"error: {path} does not exist; pass a finished GPT run's directory")
+        raise ConfigError(f"{path} does not exist; pass a finished GPT run's directory")
+    read_checkpoint(path, "pass a run dir whose last.ckpt is whole")  # one line if it is not
     return LanguageModelTask.load_from_checkpoint(path, map_location="cpu").model
 
 
 def main(argv: list[str] | None = None) -> str:
+    """Bad input is one ``error:`` line and exit code 1, as in train.py."""
+    from training.errors import script_errors
+
+    return script_errors(sample_main)(argv)
+
+
+def sample_main(argv: list[str] | None = None) -> str:
+    from training.errors import ConfigError
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--prompt", default="\n")
@@ -71,8 +83,11 @@ def main(argv: list[str] | None = None) -> str:
         p.error("--tokens must be >= 0, --temperature > 0 and --top-k >= 1")
     vocab_path = args.run_dir / "vocab.json"
     if not vocab_path.is_file():
-        raise SystemExit(f"error: {vocab_path} does not exist; sample needs a GPT run's dir")
-    vocab = load_vocab(vocab_path)
+        raise ConfigError(f"{vocab_path} does not exist; sample needs a GPT run's dir")
+    try:
+        vocab = load_vocab(vocab_path)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"{vocab_path} is not a vocabulary train.py wrote ({err})") from err
     model = load_run(args.run_dir)
     prompt = vocab.encode(args.prompt or "\n")[None, :]  # (1, T)
     out = generate(

@@ -51,7 +51,7 @@ def test_quick_mode_runs_every_section(tmp_path):
 def test_only_rejects_an_unknown_section(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--quick", "--only", "gpt,nope"])
-    assert "choose from gpt, vit" in capsys.readouterr().err
+    assert "choose from gpt, variants, vit" in capsys.readouterr().err
 
 
 def test_interleaved_alternates_contenders():

@@ -24,6 +24,7 @@ from torch import nn
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
 from models.gpt import GPT, GPTConfig
+from models.kernels import kernel_used
 from models.vit import ViT, ViTConfig
 from training.config import check_run_length, compile_mode, node_to, optim_config
 from training.divergence import Divergence, DivergenceConfig
@@ -37,8 +38,9 @@ from training.resume import (
     check_fits,
     default_every_n_steps,
     metrics_cut,
+    resume_state,
 )
-from training.rundir import Attempt
+from training.rundir import CKPT_FIX, RERUN_FIX, Attempt, check_same_config
 from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -121,12 +123,21 @@ def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
 # Group keys that carry a prefix in the model config; other keys keep their names.
 PLACEMENT_KEYS = {"name": "placement", "alpha": "deepnorm_alpha", "beta": "deepnorm_beta"}
 NORM_KEYS = {"name": "norm", "eps": "norm_eps", "alpha": "dyt_alpha", "groups": "norm_groups"}
+# Model config fields the placement and norm groups set, with where a user sets each: the same
+# field under model would be recorded and then overwritten by its group.
+OWNED = {
+    **{f: f"placement.{k}={{value}}" for k, f in PLACEMENT_KEYS.items()},
+    "mix_fraction": "placement.mix_fraction={value}",
+    **{f: f"norm.{k}={{value}}" for k, f in NORM_KEYS.items()},
+    "placement": "placement={value}",
+    "norm": "norm={value}",
+}
 
 
 def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
     """Model config = model node + placement node + norm node + the fields the data decides."""
     parts = (
-        node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config),
+        node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config, owned=OWNED),
         node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config),
         node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config),
     )
@@ -280,8 +291,25 @@ class Run:
             "steps": steps,
             "divergence_reason": reason,
             "interrupted_by": interrupted,
+            "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
+            "fused_rmsnorm": kernel_used(),
             **probe_summary(trainer.callbacks),  # loss_spikes
         }
+
+
+def check_same_data(attempt: Attempt, identity: str | None) -> None:
+    """Record the data's identity with the run's settings; a checkpoint trained on other data
+    (a corpus or image folder edited since, another tokenizer file) is refused, not resumed."""
+    plan = attempt.plan
+    if plan.ckpt is not None:
+        old = resume_state(plan.ckpt).get("run_config")
+        own = plan.ckpt_path == attempt.run_dir / "last.ckpt"
+        where, fix = f"checkpoint {plan.ckpt_path}", RERUN_FIX if own else CKPT_FIX
+        if old is not None and "data.identity" in old:
+            check_same_config(
+                where, {"data.identity": old["data.identity"]}, {"data.identity": identity}, fix
+            )
+    attempt.settings["data.identity"] = identity
 
 
 def build(cfg: DictConfig, attempt: Attempt) -> Run:
@@ -293,6 +321,7 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         allow_tf32(str(cfg.trainer.get("accelerator", "auto")))
         spec = model_spec(cfg)
         dm = build_data(cfg, spec)
+        check_same_data(attempt, getattr(dm, "identity", None))
         model = build_model(cfg, spec, dm)
         optim = optim_config(cfg, warmup)
         task = spec.task(model, optim, total_steps=cfg.trainer.max_steps, seed=cfg.seed)
@@ -301,8 +330,12 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
         callbacks = build_callbacks(cfg, run_dir, attempt.settings)
         loggers = build_loggers(cfg, run_dir, metrics_cut(plan.ckpt), wandb_id)
+    except ConfigError:
+        raise
     except BUILD_ERRORS as err:
         raise ConfigError(str(err)) from err
+    if hasattr(dm, "lossy_tokenizer"):
+        attempt.summary["lossy_tokenizer"] = dm.lossy_tokenizer
     attempt.summary.update(
         params=model.num_params(),
         resumed_from_step=None if plan.ckpt is None else int(plan.ckpt["global_step"]),

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import json
+import math
 import types
 import typing
 from collections.abc import Iterable
@@ -69,11 +72,13 @@ def node_to(
     drop: Iterable[str] = (),
     renames: dict[str, str] | None = None,
     fields_of: type | None = None,
+    owned: dict[str, str] | None = None,
 ) -> Any:
     """The config node as ``cls(**kwargs)`` (``cls=dict``: the checked kwargs themselves, against
-    the fields of ``fields_of``). Keys are renamed by ``renames``; ``drop`` keys are skipped."""
+    the fields of ``fields_of``). Keys are renamed by ``renames``; ``drop`` keys are skipped;
+    ``owned`` keys are fields another group sets (key -> where it lives): refused, naming it."""
     schema = fields_of or cls
-    renames = renames or {}
+    renames, owned = renames or {}, owned or {}
     for key in node:
         if OmegaConf.is_config(node) and OmegaConf.is_missing(node, key):
             raise ConfigError(f"{where}.{key} must be set: add {where}.{key}=... to the command")
@@ -81,12 +86,15 @@ def node_to(
     hints = typing.get_type_hints(schema)
     valid = {f.name for f in dataclasses.fields(schema)}
     accepted = sorted(
-        {k for k, f in renames.items() if f in valid} | (valid - set(renames.values()))
+        {k for k, f in renames.items() if f in valid} | (valid - set(renames.values()) - set(owned))
     )
     kwargs = {}
     for key, value in values.items():
         if key in drop:
             continue
+        if key in owned:
+            fix = owned[key].format(value=value)
+            raise ConfigError(f"{where}.{key} is not read from {where}: set it as {fix}")
         name = renames.get(key, key)
         if name not in valid:
             raise ConfigError(
@@ -100,6 +108,38 @@ def node_to(
             )
         kwargs[name] = value
     return kwargs if cls is dict else cls(**kwargs)
+
+
+# --- what an older run record lacks ------------------------------------------------------------
+@functools.cache
+def record_defaults() -> dict[str, Any]:
+    """{dotted key: default} of the typed config fields, as JSON values; a field whose default
+    differs between the classes under one prefix (GPT and ViT) has none here."""
+    from data.text import TextDataConfig
+    from data.vision import ImageDataConfig
+    from models.gpt import GPTConfig
+    from models.vit import ViTConfig
+    from training.divergence import DivergenceConfig
+
+    found: dict[str, list] = {}
+    for prefix, classes in (
+        ("optim", (OptimConfig,)),
+        ("data", (TextDataConfig, ImageDataConfig)),
+        ("model", (GPTConfig, ViTConfig)),
+        ("divergence", (DivergenceConfig,)),
+    ):
+        for cls in classes:
+            for f in dataclasses.fields(cls):
+                if f.default is not dataclasses.MISSING:
+                    value = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    value = f.default_factory()
+                else:
+                    continue
+                found.setdefault(f"{prefix}.{f.name}", []).append(json.loads(json.dumps(value)))
+    defaults = {k: v[0] for k, v in found.items() if all(x == v[0] for x in v)}
+    defaults["kernels.fused"] = True
+    return defaults
 
 
 # --- the root of the config ------------------------------------------------------------------
@@ -118,6 +158,9 @@ SCALARS: dict[str, Any] = {
     "debug": bool,
 }
 TRAINER_INTS = ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_sanity_val_steps")
+SEED_MAX = 2**32 - 1
+# Lightning precisions normlab runs (its probes and kernels are fp32 / bf16 / fp16 code).
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
 
 def check_top_level(cfg: DictConfig) -> None:
@@ -133,8 +176,8 @@ def check_top_level(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
         if key in cfg and not OmegaConf.is_missing(cfg, key) and not type_ok(value, hint):
             raise ConfigError(f"{key}={value!r} must be of type {type_name(hint)}")
-    if cfg.seed < 0:
-        raise ConfigError(f"seed must be >= 0, got {cfg.seed}")
+    if not 0 <= cfg.seed <= SEED_MAX:
+        raise ConfigError(f"seed must be in [0, {SEED_MAX}] (numpy's range), got {cfg.seed}")
     if cfg.num_threads is not None and cfg.num_threads < 1:
         raise ConfigError(f"num_threads must be >= 1 or null (every core), got {cfg.num_threads}")
     batch = cfg.data.get("batch_size")
@@ -144,6 +187,36 @@ def check_top_level(cfg: DictConfig) -> None:
         value = cfg.trainer.get(key)
         if key in cfg.trainer and not type_ok(value, int | None):
             raise ConfigError(f"trainer.{key}={value!r} must be an integer")
+    check_trainer_values(cfg)
+
+
+def check_trainer_values(cfg: DictConfig) -> None:
+    """Trainer values Lightning accepts but that would crash later, or run other than recorded."""
+    clip = cfg.trainer.get("gradient_clip_val")
+    if clip is not None and not (type_ok(clip, float) and math.isfinite(clip) and clip >= 0):
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip!r} must be a finite number >= 0, or null (off)"
+        )
+    precision = str(cfg.trainer.get("precision", "32-true"))
+    if precision not in PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision} is not one normlab runs; use one of: "
+            + ", ".join(PRECISIONS)
+        )
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if precision.startswith("16") and not gpu_accelerator(accelerator):
+        raise ConfigError(
+            f"trainer.precision={precision} needs a GPU (on the CPU Lightning trains bf16 "
+            "instead); use trainer.precision=bf16-mixed"
+        )
+
+
+def gpu_accelerator(accelerator: str) -> bool:
+    if accelerator in ("gpu", "cuda"):
+        return True
+    import torch
+
+    return accelerator == "auto" and torch.cuda.is_available()
 
 
 def check_run_length(cfg: DictConfig) -> int:

@@ -61,6 +61,25 @@ def sweep_gone() -> bool:
     return SWEEP_GONE.is_set()
 
 
+def script_errors(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """train.py's policy for the scripts' ``main(argv)``: bad input (a config, a missing or cut
+    checkpoint, missing data) is ``error: <one line>`` and exit code 1; ``NORMLAB_DEBUG=1``
+    shows the traceback."""
+
+    @functools.wraps(main)
+    def wrapper(argv: Any = None) -> Any:
+        try:
+            return main(argv)
+        except (ConfigError, *BUILD_ERRORS, RuntimeError, KeyError) as err:
+            if os.environ.get("NORMLAB_DEBUG") == "1":
+                raise
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            print(f"error: {first}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
+    return wrapper
+
+
 def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]:
     """The policy above around ``task(cfg) -> outcome``; returns the outcome, or a failed one."""
 

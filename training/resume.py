@@ -94,9 +94,8 @@ def load_checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def read_checkpoint(path: Path) -> dict:
-    """The checkpoint's contents, or one line saying why it cannot be resumed from."""
-    fix = "delete it or pass resume=false to start fresh"
+def read_checkpoint(path: Path, fix: str = "delete it or pass resume=false to start fresh") -> dict:
+    """The checkpoint's contents, or one line saying why it cannot be used (and ``fix``)."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist; fix ckpt_path")
     try:

@@ -65,6 +65,8 @@ OPERATIONAL = (
     "trainer.enable_model_summary",
     "trainer.enable_checkpointing",
     "trainer.log_every_n_steps",
+    "data.num_proc",  # tokenizing processes: the same token files
+    "data.cache_dir",  # where the cache lives; its content is recorded as data.identity
 )
 
 
@@ -80,10 +82,14 @@ def flat_config(node: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def fingerprint(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened resolved config minus the keys that leave the result unchanged."""
+    """The flattened resolved config minus the keys that leave the result unchanged, plus the
+    switches outside it that change the numbers (the fused kernels). The build adds the data's
+    identity (``data.identity``: the cache entry and its files' checksums)."""
     config = OmegaConf.to_container(cfg, resolve=True)
     flat = flat_config({k: v for k, v in config.items() if k != "hydra"})
-    return {k: v for k, v in flat.items() if not is_operational(k)}
+    settings = {k: v for k, v in flat.items() if not is_operational(k)}
+    settings["kernels.fused"] = os.environ.get("NORMLAB_FUSED_KERNELS", "1") != "0"
+    return settings
 
 
 def is_operational(key: str) -> bool:
@@ -92,13 +98,19 @@ def is_operational(key: str) -> bool:
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old -> new`` for each key whose value differs (absent keys show as missing)."""
-    missing = "<missing>"
-    keys = sorted(set(old) | set(new))
-    changed = [
-        k for k in keys if json.dumps(old.get(k, missing)) != json.dumps(new.get(k, missing))
-    ]
-    return [f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}" for k in changed]
+    """``key: old -> new`` for each key whose value differs. A key the older record lacks (added
+    by an upgrade) compares at its field's default, or not at all when no typed field has one;
+    a key this version lacks (removed, or recorded only after the build) is not compared."""
+    from training.config import record_defaults
+
+    defaults, changes = record_defaults(), []
+    for k in sorted(set(new)):
+        if k not in old and k not in defaults:
+            continue
+        was = old[k] if k in old else defaults[k]
+        if json.dumps(was, default=str) != json.dumps(new[k], default=str):
+            changes.append(f"{k}: {was} -> {new[k]}")
+    return changes
 
 
 def check_same_config(where: str, old: dict | None, new: dict[str, Any], fix: str) -> None:

@@ -84,6 +84,12 @@ class OptimConfig:
             )
         if not self.z_loss >= 0.0:
             raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
+        values = (self.lr, self.weight_decay, self.eps, *self.betas, self.min_lr_ratio)
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(
+                f"optim values must be finite numbers; got lr={self.lr}, weight_decay="
+                f"{self.weight_decay}, eps={self.eps}, betas={self.betas}"
+            )
         if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(
                 f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "

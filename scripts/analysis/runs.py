@@ -14,6 +14,7 @@ import csv
 import fnmatch
 import json
 import math
+import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -153,27 +154,51 @@ def status_of(summary: dict[str, Any] | None) -> str:
     return str((summary or {}).get("status") or UNFINISHED)
 
 
+# Resolvers a reader may run on a run dir's config: pure functions of the file's own values.
+# Any other (oc.env, now, hydra, ...) would put the reader's environment into a report.
+SAFE_RESOLVERS = {"oc.decode", "oc.select"}
+RESOLVER_CALL = re.compile(r"\$\{\s*([\w.]+)\s*:")
+
+
+def _fenced(node: Any) -> Any:
+    """``node`` with every string that calls an unsafe resolver escaped into plain text."""
+    if isinstance(node, dict):
+        return {k: _fenced(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fenced(v) for v in node]
+    if isinstance(node, str) and any(
+        name not in SAFE_RESOLVERS for name in RESOLVER_CALL.findall(node)
+    ):
+        return node.replace("${", "\\${")
+    return node
+
+
 def read_yaml_flat(path: Path, warn: Warnings, resolve: bool = True) -> dict[str, Any]:
-    """A YAML file as {dotted.key: value}; interpolations resolved where they can be."""
+    """A YAML file as {dotted.key: value}; references to the file's own keys resolved where they
+    can be, and no resolver that reads the environment, the clock or Hydra ever run."""
     if not path.is_file():
         return {}
     from omegaconf import OmegaConf  # deferred: only runs with configs need it
 
     try:
-        conf = OmegaConf.load(path)
-        raw = OmegaConf.to_container(conf, resolve=False)
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as err:  # noqa: BLE001 - any parse failure is one warning
         warn.add(path, f"unreadable YAML ({type(err).__name__}); ignored")
         return {}
     if not isinstance(raw, dict):
         return {}
     flat = {k: freeze(v) for k, v in flatten(raw).items()}
+    if not resolve:
+        return flat
+    conf = OmegaConf.create(_fenced(raw))
     for key, value in flat.items():
-        # ${hydra:...} and the like cannot resolve outside Hydra: keep the raw text.
-        if resolve and isinstance(value, str) and "${" in value:
-            resolved = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
+        if isinstance(value, str) and "${" in value:
+            try:
+                resolved = OmegaConf.select(conf, key, throw_on_resolution_failure=False)
+            except Exception:  # noqa: BLE001 - an unresolvable value keeps its raw text
+                continue
             if resolved is not None and not OmegaConf.is_config(resolved):
-                flat[key] = resolved
+                flat[key] = freeze(resolved)
     return flat
 
 
@@ -264,17 +289,29 @@ def is_run_dir(path: Path) -> bool:
 
 
 def find_run_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
-    """Run dirs at any depth; a run dir's own subdirs are not searched for more runs."""
-    found, stack, skip = [], [sweep_dir], skip.resolve() if skip else None
+    """Run dirs at any depth, each once: a run reached through symlinks (a ``latest`` link, a
+    loop) is the same run, identified by its real path and listed under the path that has no
+    link in it where there is one. A run dir's own subdirs are not searched for more runs."""
+    found: dict[Path, Path] = {}
+    seen, stack, skip = set(), [sweep_dir], skip.resolve() if skip else None
     while stack:
         path = stack.pop()
+        real = path.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
         if is_run_dir(path):
-            found.append(path)
+            found[real] = path
             continue
         for child in sorted(path.iterdir(), reverse=True):
             if child.is_dir() and child.name not in SKIP_DIRS and child.resolve() != skip:
                 stack.append(child)
-    return sorted(found)
+    # A real path under the sweep dir is listed under it, not under a link that reached it first.
+    root = sweep_dir.resolve()
+    return sorted(
+        sweep_dir / real.relative_to(root) if real.is_relative_to(root) else path
+        for real, path in found.items()
+    )
 
 
 def load_run(run_dir: Path, warn: Warnings) -> Run | None:
@@ -296,7 +333,8 @@ def load_run(run_dir: Path, warn: Warnings) -> Run | None:
 def run_params(run: Run) -> dict[str, Any]:
     """Canonical fields (summary first, then config) plus every other config field."""
     params = {
-        k: first_present([run.summary, run.config], (k, *keys)) for k, keys in CANONICAL.items()
+        k: freeze(first_present([run.summary, run.config], (k, *keys)))
+        for k, keys in CANONICAL.items()
     }
     used = {key for keys in CANONICAL.values() for key in keys}
     for key, value in run.config.items():

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from data import TextDataConfig, TextDataModule, load_vocab
+from data.corpora import load_text
 from models.gpt import GPT, GPTConfig
 from training.task import LanguageModelTask, OptimConfig
 
@@ -30,6 +31,13 @@ def test_val_bpb_is_the_val_nats_over_the_bytes_they_spell(tmp_path, one_thread)
             logits, _ = model(x, y)
             nats += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
             n_bytes += sum(len(dm.decode(row).encode("utf-8")) for row in y)
+    # Chars unseen in train decode as the unknown char, not as themselves: the bytes are scaled
+    # to the val text's own UTF-8 bytes (the last 10% of the corpus's chars).
+    text = load_text(dm.cfg)
+    text_bytes = len(text[len(text) - int(len(text) * 0.1) :].encode())
+    decoded = len(dm.decode(dm.val_tokens).encode())
+    assert dm.lossy_tokenizer and decoded != text_bytes
+    n_bytes *= text_bytes / decoded
     bpb = trainer.callback_metrics["val/bpb"].item()
     assert bpb == pytest.approx(nats / (math.log(2) * n_bytes), rel=1e-5)
     assert task.results()["final_val_bpb"] == pytest.approx(bpb)

@@ -140,3 +140,45 @@ def test_ids_outside_the_vocabulary_fail_in_one_line_naming_the_cache(tmp_path):
         dm.train_batch(3)
     x, y = text_dm(tmp_path).train_batch(3)
     assert int(torch.cat([x, y]).max()) < dm.vocab_size
+
+
+def test_a_tokenizer_that_loses_text_is_flagged_and_bpb_counts_the_texts_bytes(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["the", "quick", "brown", "fox", "[UNK]"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    # Spaces vanish and "jumps", "over", "lazy", "dog." become [UNK] (5 bytes decoded each).
+    dm = text_dm(tmp_path, tokenizer=str(tmp_path / "tokenizer.json"))
+    assert dm.lossy_tokenizer
+    text = (tmp_path / "corpus.txt").read_text()
+    val_bytes = len(text[len(text) - int(len(text) * 0.1) :].encode())
+    val = torch.from_numpy(np.asarray(dm.val_tokens).astype(np.int64))
+    assert float(dm.token_bytes[val].sum()) == pytest.approx(val_bytes, rel=1e-9)
+    (tmp_path / "char").mkdir()
+    char = text_dm(tmp_path / "char")
+    assert not char.lossy_tokenizer and char.token_bytes.dtype == torch.int64
+
+
+def test_a_malformed_tokenizer_file_is_named_with_the_fix(tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"version": "1.0", "model": {"type": "Nope"}}')
+    with pytest.raises(ValueError, match=rf"{bad} is not a tokenizers JSON file .*data.tokenizer"):
+        text_dm(tmp_path, tokenizer=str(bad))
+
+
+def test_a_cache_dir_that_cannot_be_written_names_the_fix(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "c")):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(OSError, match=r"cannot write the data cache .*data\.cache_dir="):
+        text_dm(tmp_path)

@@ -113,7 +113,7 @@ def test_groupnorm_one_feature_per_group_leaves_beta():
 
 
 def test_groupnorm_groups_must_divide_width():
-    with pytest.raises(ValueError, match="norm_groups"):
+    with pytest.raises(ValueError, match=r"norm\.groups=5"):
         GPTConfig(**{**TINY_GPT, "norm_groups": 5}, norm="groupnorm")
     model = GPT(GPTConfig(**{**TINY_GPT, "norm_groups": 4}, norm="groupnorm"))
     assert model.final_norm.groups == 4
