@@ -17,9 +17,15 @@ next step, record "interrupted" and exit 143 / 130. The same command into the sa
 finished run and resumes an unfinished one; resume=false starts it fresh.
 """
 
+# ruff: noqa: E402 (the signal handlers come first: a signal during the imports is one line too)
 from __future__ import annotations
 
 import sys
+
+if __name__ == "__main__":
+    from training.errors import stop_on_signals
+
+    stop_on_signals()
 
 import hydra
 import lightning.pytorch as L

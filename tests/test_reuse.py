@@ -74,7 +74,7 @@ def test_evaluate_gives_back_the_final_validation(gpt_run, tmp_path, tiny_run, c
     assert set(got) == {"val/loss", "val/acc"}
     assert got["val/loss"] == pytest.approx(summary["final_val_loss"], rel=1e-6)
     assert got["val/acc"] == pytest.approx(summary["final_val_acc"], rel=1e-6)
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist"):  # main: one line, exit 1
         evaluate.evaluate(tmp_path, ckpt=tmp_path / "nope.ckpt")
 
 

@@ -11,8 +11,10 @@ at once, having nobody to return its outcome to.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -33,12 +35,57 @@ class Refused(ConfigError):
     """A run dir that this attempt may not write: other settings, or another writer."""
 
 
-class Interrupted(Exception):
-    """The run stopped at a step boundary on a signal, with a checkpoint to resume from."""
+class Interrupted(BaseException):
+    """The run stopped on SIGTERM / SIGINT: at a step boundary with a checkpoint (during the fit),
+    or wherever it was (imports, data preparation, the final validation), resumable from its
+    last checkpoint. A BaseException: no ``except Exception`` on the way may swallow it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"stopped by signal {signum}; the same command resumes it")
         self.signum = signum
+
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def stop_on_signals() -> dict:
+    """From now on SIGTERM and SIGINT raise Interrupted wherever this process is (the fit's
+    ResumeCheckpoint takes them over during training, to stop at a step boundary). A signal the
+    process ignores (SIGINT in a background job) stays ignored. Returns the previous handlers.
+    An Interrupted that nothing catches (before the run's own handling starts: imports, the
+    command line) prints one line and exits 128 + the signal number."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        if old[s] is not signal.SIG_IGN:
+            signal.signal(s, raise_interrupted)
+    sys.excepthook = _interrupted_hook
+    return old
+
+
+def _interrupted_hook(kind, value, tb) -> None:
+    if not isinstance(value, Interrupted):
+        return sys.__excepthook__(kind, value, tb)
+    print(f"interrupted before the run started (signal {value.signum})", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + value.signum)
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """``stop_on_signals`` for a block; the previous handlers come back after it."""
+    old = stop_on_signals()
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def in_multirun() -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -248,8 +249,49 @@ def end_process_group() -> None:
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
 
 
-def outcome_path(sweep_dir: Path, job_dir: str) -> Path:
-    return sweep_dir / OUTCOMES / f"{Path(job_dir).name}.json"
+def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:
+    """One record per job of this launch, numbered: two jobs never share one."""
+    return sweep_dir / OUTCOMES / f"{num:05d}-{Path(job_dir).name}.json"
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The override lists of the grid this launch sweeps (the sweeper's params, then the command
+    line's overrides, which replace a param of the same key), as the basic sweeper expands it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    params = config.hydra.sweeper.get("params") or {}
+    given = {}
+    for args in ([f"{k}={v}" for k, v in params.items()], list(config.hydra.overrides.task)):
+        for override in parser.parse_overrides(args):
+            given[override.get_key_element()] = override
+    axes = [
+        [f"{key}={v}" for v in o.sweep_string_iterator()]
+        if o.is_sweep_override()
+        else [f"{key}={o.get_value_element_as_str()}"]
+        for key, o in given.items()
+    ]
+    return [list(job) for job in itertools.product(*axes)]
+
+
+def check_distinct_dirs(config: DictConfig) -> None:
+    """Two jobs of one grid that differ only in keys the dir name leaves out (threads,
+    loggers, ...) would share one run dir: the second would be refused or skipped."""
+    try:
+        jobs = sweep_jobs(config)
+    except Exception:  # noqa: BLE001 - a grid only Hydra's own sweeper can expand: its job
+        return
+    seen: dict[str, list[str]] = {}
+    for job in jobs:
+        name = job_dir(job)
+        if name in seen and seen[name] != job:
+            differ = sorted(set(job) ^ set(seen[name]))
+            raise SystemExit(
+                f"error: jobs {', '.join(differ)} of this sweep share the run dir {name} "
+                "(the dir name leaves out operational keys); sweep those keys in separate sweep "
+                "dirs (hydra.sweep.dir=...)"
+            )
+        seen[name] = job
 
 
 class SweepStatus(HydraCallback):
@@ -258,6 +300,7 @@ class SweepStatus(HydraCallback):
     each job that failed, was refused or never ended, and the exit code is 1 if any did."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_distinct_dirs(config)
         shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
@@ -274,7 +317,8 @@ class SweepStatus(HydraCallback):
     def _write(self, config: DictConfig, record: dict) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
             return
-        path = outcome_path(Path(config.hydra.sweep.dir), config.hydra.runtime.output_dir)
+        where = config.hydra.runtime.output_dir
+        path = outcome_path(Path(config.hydra.sweep.dir), where, config.hydra.job.num)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
 
@@ -284,17 +328,18 @@ class SweepStatus(HydraCallback):
             return
         records = {}
         for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
+            job = path.stem.split("-", 1)[-1]  # the job's dir name (after its number)
             try:
-                records[path.stem] = json.loads(path.read_text())
+                records[path.stem] = {"job": job, **json.loads(path.read_text())}
             except (OSError, ValueError):
-                records[path.stem] = {"outcome": "unfinished"}
+                records[path.stem] = {"job": job, "outcome": "unfinished"}
         counts = Counter(r.get("outcome", "failed") for r in records.values())
         text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
         print(f"sweep {sweep_dir}: {text}", flush=True)
-        bad = [(job, r) for job, r in records.items() if r.get("outcome") in BAD_OUTCOMES]
-        for job, record in bad:
+        bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
+        for record in bad:
             why = record.get("error", "no outcome: killed, or still running")
-            print(f"  {record.get('outcome')}: {job}: {why}", flush=True)
+            print(f"  {record.get('outcome')}: {record['job']}: {why}", flush=True)
         if bad:
             raise SystemExit(1)
 

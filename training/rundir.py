@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.errors import BUILD_ERRORS, ConfigError, Refused, launched_as_rank_zero
+from training.errors import (
+    BUILD_ERRORS,
+    SIGNALS,
+    ConfigError,
+    Interrupted,
+    Refused,
+    launched_as_rank_zero,
+    signals_interrupt,
+)
 from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
 from training.summary import FINISHED, base_summary, read_summary, write_summary
 
@@ -272,14 +281,20 @@ class Attempt:
         try:
             if self.finished is not None:
                 return
-            if error is not None and self.summary.get("status") != "interrupted":
+            if isinstance(error, Interrupted):  # data preparation, the final validation, ...
+                self.summary.update(status="interrupted", interrupted_by=error.signum)
+            elif error is not None and self.summary.get("status") != "interrupted":
                 self.summary.update(status="failed", error=f"{type(error).__name__}: {error}")
             self.summary["wall_s"] = round(time.perf_counter() - self.started, 2)
             if self.rank_zero:
+                # Whole or not at all: a signal during the write waits until it is done.
+                signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
                 try:
                     write_summary(self.run_dir / "summary.json", self.summary)
                 except OSError as err:
                     raise disk_error(err, self.run_dir / "summary.json") from err
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         finally:
             self.lock.release()
 
@@ -287,21 +302,23 @@ class Attempt:
 def run_in_dir(cfg: DictConfig, body: Callable[[Attempt], dict]) -> Attempt:
     """The attempt ``cfg`` describes: skipped when its dir holds a finished run, else ``body``
     runs with the dir locked and its result joins summary.json, which is written whatever
-    happens (status failed, with the error, when ``body`` raises)."""
+    happens (status failed, with the error, when ``body`` raises; interrupted on a signal)."""
     from training.config import check_top_level
 
     check_top_level(cfg)
-    this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
-    if this.finished is not None:
-        this.close()
-        print(f"skip {this.run_dir}: already {this.finished['status']} (resume=false reruns it)")
-        return this
-    error: BaseException | None = None
-    try:
-        this.summary.update(body(this))
-    except BaseException as err:
-        error = err
-        raise
-    finally:
-        this.close(error)
+    with signals_interrupt():  # a signal anywhere below: status interrupted, 143 / 130
+        this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
+        if this.finished is not None:
+            this.close()
+            status = this.finished["status"]
+            print(f"skip {this.run_dir}: already {status} (resume=false reruns it)")
+            return this
+        error: BaseException | None = None
+        try:
+            this.summary.update(body(this))
+        except BaseException as err:
+            error = err
+            raise
+        finally:
+            this.close(error)
     return this

@@ -79,8 +79,8 @@ def test_dyt_formula_and_alpha_option():
     model = GPT(GPTConfig(**TINY_GPT, norm="dyt", dyt_alpha=0.2, qk_norm=True))
     dyts = [m for m in model.modules() if isinstance(m, DyT)]
     assert len(dyts) == 2 * 2 * 2 + 1  # pre slots, q/k norms, final norm
-    assert all(m.alpha.ndim == 0 and m.alpha.item() == pytest.approx(0.2) for m in dyts)
-    with pytest.raises(ValueError, match="dyt_alpha"):
+    assert all(m.alpha.shape == (1,) and m.alpha.item() == pytest.approx(0.2) for m in dyts)
+    with pytest.raises(ValueError, match=r"norm\.alpha must be > 0"):
         GPTConfig(**TINY_GPT, norm="dyt", dyt_alpha=0.0)
 
 

@@ -1,0 +1,61 @@
+"""A sweep whose jobs would share a run dir is refused before any job starts; every job's
+outcome is its own record, so a job refused by its dir's lock is counted, not overwritten."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT, TINY_RUN
+from training.launch import SweepStatus, check_distinct_dirs, sweep_jobs
+
+
+def sweep_config(tmp_path, task: list[str], params: dict | None = None, num: int = 0):
+    return OmegaConf.create(
+        {
+            "hydra": {
+                "mode": RunMode.MULTIRUN,
+                "sweep": {"dir": str(tmp_path)},
+                "sweeper": {"params": params or {}},
+                "overrides": {"task": task},
+                "runtime": {"output_dir": str(tmp_path / "seed=0")},
+                "job": {"num": num},
+            }
+        }
+    )
+
+
+def test_the_grid_expands_as_the_basic_sweeper_does(tmp_path):
+    cfg = sweep_config(tmp_path, ["seed=0,1", "model.n_layer=2"], {"placement": "post,pre"})
+    jobs = sweep_jobs(cfg)
+    assert len(jobs) == 4 and ["placement=post", "seed=1", "model.n_layer=2"] in jobs
+    check_distinct_dirs(cfg)  # distinct: no error
+    with pytest.raises(SystemExit, match=r"num_threads=1, num_threads=2 of this sweep share"):
+        check_distinct_dirs(sweep_config(tmp_path, ["num_threads=1,2", "seed=0"]))
+
+
+def test_two_jobs_in_one_dir_are_both_counted(tmp_path, capsys):
+    status = SweepStatus()
+    for num, outcome in enumerate(({"outcome": "completed"}, {"outcome": "refused", "error": "x"})):
+        cfg = sweep_config(tmp_path, [], num=num)
+        status.on_job_start(cfg)
+        status.on_job_end(cfg, type("Return", (), {"return_value": outcome})())
+    with pytest.raises(SystemExit):
+        status.on_multirun_end(sweep_config(tmp_path, []))
+    out = capsys.readouterr().out
+    assert "1 completed, 1 refused" in out and "refused: seed=0: x" in out
+
+
+def test_a_sweep_over_an_operational_key_is_refused_before_it_runs(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "train.py", "-m", *TINY_RUN, "num_threads=1,2",
+         f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "share the run dir" in done.stderr + done.stdout
+    assert not list(tmp_path.rglob("summary.json"))
