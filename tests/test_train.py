@@ -185,6 +185,25 @@ def test_weight_decay_reaches_only_matrices_and_embeddings():
         assert torch.allclose(p, before[name] * factor), name
 
 
+@pytest.mark.parametrize("independent", [False, True])
+def test_independent_weight_decay_does_not_scale_with_the_lr(independent):
+    """Wortsman et al.'s independent decay: p *= 1 - wd x schedule, whatever the peak lr;
+    torch's AdamW: p *= 1 - lr x wd (zero gradients: decay is the only move)."""
+    model = nn.Linear(4, 4)
+    cfg = OptimConfig(lr=0.01, weight_decay=0.1, warmup_steps=2, independent_wd=independent)
+    task = TrainTask(model, cfg, 10)
+    optimizers = task.configure_optimizers()
+    opt, sched = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
+    weight = model.weight.detach().clone()
+    for step_multiplier in (0.5, 1.0):  # warmup: lr x 1/2, then lr x 1
+        model.weight.grad = torch.zeros_like(model.weight)
+        model.bias.grad = torch.zeros_like(model.bias)
+        opt.step()
+        sched.step()
+        weight *= 1 - (0.1 if independent else 0.01 * 0.1) * step_multiplier
+    torch.testing.assert_close(model.weight.detach(), weight)
+
+
 def test_non_finite_loss_stops_cleanly_as_diverged():
     class NaNAfterTwo(nn.Module):
         def __init__(self):

@@ -71,6 +71,14 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     strict_warmup: bool = False  # refuse (not clamp) a warmup longer than the run
     z_loss: float = 0.0  # coefficient of mean(log Z^2) added to the loss (z_loss_term)
+    # Wortsman et al. 2023's independent weight decay: each step shrinks the weights by
+    # weight_decay x the schedule's multiplier, not x the lr (torch's AdamW: lr x weight_decay).
+    independent_wd: bool = False
+
+    @property
+    def decay_per_lr(self) -> float:
+        """The weight_decay torch's AdamW gets: it multiplies it by the step's lr."""
+        return self.weight_decay / self.lr if self.independent_wd else self.weight_decay
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # a YAML list arrives as a list
@@ -317,7 +325,7 @@ class TrainTask(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = OPTIMIZERS[self.optim.name](
-            param_groups(self.model, self.optim.weight_decay), self.optim
+            param_groups(self.model, self.optim.decay_per_lr), self.optim
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_multiplier(step, self.optim, self.total_steps)

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis import probes, xy
+from scripts.analysis import lr_sweep, probes, xy
 from scripts.analysis.plots import write_plots
 from scripts.analysis.runs import (
     CANONICAL,
@@ -137,6 +137,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         markdown_table(report),
         "",
+        *lr_sweep.markdown(report.get("lr_sweep", [])),
     ]
     out += [f"![{name}]({name})\n" for name in report["plots"]]
     if report["wandb_sync"]:
@@ -170,10 +171,13 @@ def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = 
         "wandb_sync": wandb_sync_pattern(sweep_dir, skip=out_dir),
         "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
         "variants": [v.row() for v in variants],
+        "lr_sweep": lr_sweep.lr_sweep(variants, fields),
         "init_probe": probes.probe_groups(found),
         "plots": write_plots(variants, fields, found, out_dir) if plots else [],
         "warnings": list(warn),
     }
+    if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
+        report["plots"].append(name)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
     return report

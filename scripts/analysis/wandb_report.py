@@ -35,6 +35,17 @@ def wandb_target(runs: list[Run]) -> dict[str, Any] | None:
     return {"project": project, "entity": entity, "mode": mode or "offline"}
 
 
+def lr_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The LR-sensitivity table (scripts/analysis/lr_sweep.py) as wandb Table columns and rows."""
+    columns = ["variant", "best_lr", "best_val_loss", "lr_sensitivity", "edge", "lrs"]
+    rows = [
+        [e["label"], e.get("best_lr"), e.get("best_val_loss"), e.get("lr_sensitivity"),
+         e.get("edge"), ", ".join(f"{x:g}" for x in e["lrs"])]
+        for e in entries
+    ]  # fmt: skip
+    return columns, rows
+
+
 def artifact_name(group: str) -> str:
     """``report-<group>`` in the characters wandb allows in an artifact name."""
     return "report-" + re.sub(r"[^A-Za-z0-9_.-]", "_", group)
@@ -80,6 +91,8 @@ def log_report(
                 artifact.add_file(str(out_dir / name), name=name)
         run.log_artifact(artifact, aliases=["latest"])
         logged: dict[str, Any] = {"report/variants": wandb.Table(columns=columns, data=rows)}
+        if report.get("lr_sweep"):
+            logged["report/lr_sweep"] = wandb.Table(*lr_table(report["lr_sweep"]))
         for name in report["plots"]:
             logged[f"report/{Path(name).stem}"] = wandb.Image(str(out_dir / name))
         run.log(logged)

@@ -1,0 +1,166 @@
+"""A sweep with ``optim.lr`` in its grid: each variant's final loss against the learning rate.
+
+Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer training
+instabilities") compare architectures by the final loss over a range of learning rates, each at
+its best, and summarize how much a variant cares about the rate by its LR sensitivity:
+
+    LR sensitivity = E over the swept lrs of [ min(l(lr), l0) - l* ]
+
+l(lr) is the final validation loss at that rate (the mean over seeds; a diverged run counts at
+l0), l0 the loss at initialization (the mean first logged train loss of the variant's runs),
+l* = min over the lrs of l(lr). A variant whose best rate is the smallest or the largest swept
+(``edge``) may do better outside the grid: widen it before ranking on it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from scripts.analysis.runs import Run, finite
+from scripts.analysis.variants import Variant, label, sort_key
+
+METRIC = "final_val_loss"
+
+
+def is_lr_sweep(variants: list[Variant], fields: list[str]) -> bool:
+    return "lr" in fields and len({v.params.get("lr") for v in variants}) > 1
+
+
+def init_loss(runs: list[Run]) -> float | None:
+    """l0: the mean of the runs' first logged train losses (the loss at initialization)."""
+    firsts = [series[0][1] for r in runs if (series := r.metrics.get("train/loss"))]
+    return statistics.fmean(firsts) if firsts else None
+
+
+def run_loss(run: Run, l0: float | None) -> float | None:
+    """A run's final validation loss; a diverged run (or a non-finite loss) counts at l0."""
+    if run.status == "diverged":
+        return l0
+    if run.status != "completed":
+        return None  # failed or unfinished: no result either way
+    value = finite(run.result(METRIC))
+    return l0 if value is None else value
+
+
+def lr_curve(members: list[Variant]) -> dict[str, Any]:
+    """One variant's curve over the lrs of ``members`` (the same variant at each lr)."""
+    runs = [r for v in members for r in v.runs]
+    l0 = init_loss(runs)
+    points = []
+    for v in sorted(members, key=lambda v: sort_key(v.params["lr"])):
+        losses = [x for r in v.runs if (x := run_loss(r, l0)) is not None]
+        if not losses:
+            continue
+        points.append(
+            {
+                "lr": v.params["lr"],
+                "loss": statistics.fmean(losses),
+                "std": statistics.stdev(losses) if len(losses) > 1 else None,
+                "n": len(losses),
+                "diverged": sum(r.status == "diverged" for r in v.runs),
+            }
+        )
+    if not points:
+        return {"lrs": [], "points": [], "l0": l0}
+    best = min(points, key=lambda p: p["loss"])
+    cap = l0 if l0 is not None else math.inf
+    sensitivity = statistics.fmean(min(p["loss"], cap) - best["loss"] for p in points)
+    lrs = [p["lr"] for p in points]
+    return {
+        "lrs": lrs,
+        "points": points,
+        "l0": l0,
+        "best_lr": best["lr"],
+        "best_val_loss": best["loss"],
+        "lr_sensitivity": sensitivity,
+        "edge": len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]),
+    }
+
+
+def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]:
+    """report.json's ``lr_sweep``: per variant (its other keys), the curve and its summary."""
+    if not is_lr_sweep(variants, fields):
+        return []
+    others = [f for f in fields if f != "lr"]
+    groups: dict[tuple, list[Variant]] = {}
+    for v in variants:
+        groups.setdefault(tuple(v.params.get(f) for f in others), []).append(v)
+    out = []
+    for key, members in sorted(groups.items(), key=lambda kv: [sort_key(x) for x in kv[0]]):
+        variant = dict(zip(others, key, strict=True))
+        entry = {"variant": variant, "label": label(variant, others), **lr_curve(members)}
+        out.append(entry)
+    return out
+
+
+def markdown(entries: list[dict[str, Any]]) -> list[str]:
+    """The report's section: one row per variant, best lr first."""
+    if not entries:
+        return []
+    out = [
+        "## Learning-rate sensitivity",
+        "",
+        "Final val loss against the learning rate, each variant at its own best lr; LR "
+        "sensitivity = mean over the swept lrs of min(l(lr), l0) - l* (Wortsman et al. 2023; "
+        "a diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest "
+        "or largest swept, so the grid may not hold the variant's best.",
+        "",
+        "| variant | lrs | best lr | final val loss at best lr | LR sensitivity | l0 | edge |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ranked = sorted(entries, key=lambda e: e.get("best_val_loss", math.inf))
+    for e in ranked:
+        if not e["lrs"]:
+            continue
+        lrs = ", ".join(f"{x:g}" for x in e["lrs"])
+        l0 = "–" if e["l0"] is None else f"{e['l0']:.3f}"
+        out.append(
+            f"| {e['label']} | {lrs} | {e['best_lr']:g} | {e['best_val_loss']:.4f} | "
+            f"{e['lr_sensitivity']:.4f} | {l0} | {'yes' if e['edge'] else 'no'} |"
+        )
+    return [*out, ""]
+
+
+def plot(
+    entries: list[dict[str, Any]], out_dir: Path, name: str = "lr_sensitivity.png"
+) -> str | None:
+    """Final val loss against lr (log axis), one line per variant with a ± one std seed band;
+    diverged runs as x marks at l0 (dashed), the best lr of each variant circled."""
+    from scripts.analysis.xy import plt, save, series_colors
+
+    drawn = [e for e in entries if e["lrs"]]
+    if not drawn:
+        return None
+    colors = series_colors([e["label"] for e in drawn])
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for e in drawn:
+        color, points = colors[e["label"]], e["points"]
+        xs = [p["lr"] for p in points]
+        ys = [p["loss"] for p in points]
+        std = [p["std"] or 0.0 for p in points]
+        ax.fill_between(
+            xs, [y - s for y, s in zip(ys, std, strict=True)],
+            [y + s for y, s in zip(ys, std, strict=True)], color=color, alpha=0.2, lw=0,
+        )  # fmt: skip
+        edge = ", best at the grid's edge" if e["edge"] else ""
+        tag = f"{e['label']} (sensitivity {e['lr_sensitivity']:.3f}{edge})"
+        ax.plot(xs, ys, "o-", color=color, lw=1.6, ms=4, label=tag)
+        ax.plot([e["best_lr"]], [e["best_val_loss"]], "o", mfc="none", mec=color, ms=11, mew=1.5)
+        for p in points:
+            if p["diverged"] and e["l0"] is not None:
+                ax.plot([p["lr"]], [e["l0"]], "x", color=color, ms=9, mew=2)
+    l0s = [e["l0"] for e in drawn if e["l0"] is not None]
+    if l0s:
+        ax.axhline(statistics.fmean(l0s), color="gray", ls="--", lw=0.8, label="loss at init (l0)")
+    ax.set_xscale("log")
+    lrs = sorted({x for e in drawn for x in e["lrs"]})
+    ax.set_xticks(lrs, [f"{x:g}" for x in lrs])
+    ax.minorticks_off()
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("final val loss (diverged = l0)")
+    ax.set_title("final val loss vs learning rate (mean ± std over seeds)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return save(fig, out_dir, name)

@@ -1,0 +1,75 @@
+"""An lr sweep's report: per variant (the lr taken out), the final loss at each lr, the best lr,
+and Wortsman et al.'s LR sensitivity, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scripts import compare
+
+# (placement, lr) -> final val loss per seed (None: diverged)
+LOSSES = {
+    ("pre", 1e-3): [2.0, 2.2],
+    ("pre", 3e-3): [1.8, 1.8],
+    ("pre", 1e-2): [1.9, 2.1],
+    ("pre", 3e-2): [None, 3.0],
+    ("post", 1e-3): [2.5, 2.5],
+    ("post", 3e-3): [2.4, 2.6],
+    ("post", 1e-2): [5.0, 5.0],
+    ("post", 3e-2): [None, None],
+}
+L0 = 4.0  # every run's first train loss
+
+
+def write_sweep(root: Path) -> Path:
+    for (placement, lr), losses in LOSSES.items():
+        for seed, loss in enumerate(losses):
+            run = root / f"lr={lr},placement={placement},seed={seed}"
+            (run / ".hydra").mkdir(parents=True)
+            (run / ".hydra/config.yaml").write_text(
+                f"seed: {seed}\nmodel: {{name: gpt, n_layer: 2}}\nplacement: {{name: {placement}}}"
+                f"\nnorm: {{name: layernorm}}\noptim: {{lr: {lr}}}\n"
+            )
+            (run / "metrics.csv").write_text(f"step,train/loss\n0,{L0}\n1,{L0 - 0.5}\n")
+            status = "diverged" if loss is None else "completed"
+            summary = {"status": status, "model": "gpt", "placement": placement, "lr": lr,
+                       "n_layer": 2, "seed": seed, "final_val_loss": loss}  # fmt: skip
+            (run / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+def test_each_variant_gets_its_best_lr_and_lr_sensitivity(tmp_path):
+    root = write_sweep(tmp_path / "sweep")
+    out = tmp_path / "report"
+    assert compare.main([str(root), "--out", str(out), "--no-wandb"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    by = {e["variant"]["placement"]: e for e in report["lr_sweep"]}
+    assert set(by) == {"pre", "post"} and "lr" not in by["pre"]["variant"]
+    pre, post = by["pre"], by["post"]
+    assert pre["lrs"] == [1e-3, 3e-3, 1e-2, 3e-2] and pre["l0"] == pytest.approx(L0)
+    assert pre["best_lr"] == 3e-3 and pre["best_val_loss"] == pytest.approx(1.8)
+    # mean of (2.1 - 1.8, 0, 2.0 - 1.8, (4.0 + 3.0) / 2 - 1.8): a diverged run counts at l0
+    assert pre["lr_sensitivity"] == pytest.approx((0.3 + 0 + 0.2 + 1.7) / 4)
+    assert pre["edge"] is False
+    # post: best at the smallest lr (an edge); 5.0 is capped at l0 = 4.0
+    assert post["best_lr"] == 1e-3 and post["edge"] is True
+    assert post["lr_sensitivity"] == pytest.approx((0 + 0 + 1.5 + 1.5) / 4)
+    md = (out / "report.md").read_text()
+    assert "## Learning-rate sensitivity" in md and "| placement=pre | 0.001, 0.003" in md
+    assert "lr_sensitivity.png" in report["plots"] and (out / "lr_sensitivity.png").is_file()
+
+
+def test_a_sweep_without_lrs_has_no_lr_section(tmp_path):
+    root = tmp_path / "sweep"
+    write_sweep(root)
+    for run in root.iterdir():
+        if "lr=0.001," not in run.name:
+            for f in run.rglob("*"):
+                f.unlink() if f.is_file() else None
+    out = tmp_path / "report"
+    compare.main([str(root), "--out", str(out), "--no-wandb", "--no-plots"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["lr_sweep"] == [] and "Learning-rate" not in (out / "report.md").read_text()
