@@ -229,13 +229,13 @@ def resolve_scales(
     beta: float | None = None,
 ) -> tuple[float, float]:
     """Residual scale and branch init gain for a model: explicit numbers win over the formulas."""
-    for label, value in (("deepnorm_alpha", alpha), ("deepnorm_beta", beta)):
+    for label, value in (("placement.alpha", alpha), ("placement.beta", beta)):
         if value is None:
             continue
         if not placement.uses_deepnorm_scales:
             raise ValueError(
                 f"{label}={value} has no effect with placement={placement.name}; "
-                f"use placement=deepnorm or leave {label} unset"
+                f"use placement=deepnorm or leave {label} unset (null)"
             )
         if value <= 0:
             raise ValueError(f"{label} must be > 0, got {value}; use a positive number or null")

@@ -72,6 +72,22 @@ class Stack(nn.Module):
         if cfg.weight_norm:
             apply_weight_norm(self)
 
+    def derived(self) -> dict[str, float]:
+        """The constants the model computed rather than was given: the residual scale alpha and
+        the branch init gain beta (DeepNorm's formulas; 1 where unused) and Admin's profiled
+        omegas (mean, min and max over sub-layers and features, as they are now: profiled at init,
+        then learned) where there are any."""
+        out = {"alpha": float(self.alpha), "beta": float(self.beta)}
+        omegas = [m.omega.detach().flatten() for m in self.modules() if hasattr(m, "omega")]
+        if omegas:
+            flat = torch.cat(omegas).float()
+            out.update(
+                omega_mean=flat.mean().item(),
+                omega_min=flat.min().item(),
+                omega_max=flat.max().item(),
+            )
+        return out
+
     def num_params(self) -> int:
         """Trainable parameters, counting tied weights once."""
         return sum(p.numel() for p in self.parameters())

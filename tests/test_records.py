@@ -149,3 +149,20 @@ def test_evaluate_says_when_the_data_changed_and_bad_files_are_one_line(
     with pytest.raises(SystemExit):
         sample.main([str(run)])
     assert "is unreadable or unsafe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "placement,alpha,beta", [("deepnorm", 12**0.25, 48**-0.25), ("admin", 1.0, 1.0)]
+)
+def test_derived_constants_are_recorded(placement, alpha, beta, tmp_path, tiny_run, compose_cfg):
+    """DeepNet's decoder formulas at depth 6: alpha = (2N)^(1/4), beta = (8N)^(-1/4); Admin's
+    omegas as the run ends (profiled at init to sqrt(1 + sum of variance ratios) >= 1, then
+    trained for 3 steps)."""
+    over = [*tiny_run, f"placement={placement}", "model.n_layer=6", f"run_dir={tmp_path}"]
+    derived = train.run(compose_cfg(over))["derived"]
+    assert derived["alpha"] == pytest.approx(alpha) and derived["beta"] == pytest.approx(beta)
+    if placement == "admin":
+        assert derived["omega_min"] <= derived["omega_mean"] <= derived["omega_max"]
+        assert derived["omega_max"] > 1.5  # the deepest sub-layers' profiled omegas
+    else:
+        assert "omega_mean" not in derived

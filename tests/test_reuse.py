@@ -122,6 +122,23 @@ def test_wandb_groups_by_sweep_and_job_type_drops_the_seed(compose_cfg, tmp_path
     assert wandb._wandb_init["project"] == "depth-2026"
 
 
+def test_job_type_holds_every_setting_the_name_leaves_out(compose_cfg):
+    """Two settings never share a job_type (the wandb UI's group-by would average them); two
+    seeds of one setting always do."""
+    from training.loggers import JOB_TYPE_MAX
+
+    sweep = ["placement=post", "num_threads=2"]
+    types = {}
+    for warmup in (10, 20):
+        for seed in (0, 1):
+            over = [*sweep, f"optim.warmup_steps={warmup}", f"seed={seed}"]
+            types[warmup, seed] = job_type(compose_cfg(over), over)
+    assert types[10, 0] == types[10, 1] != types[20, 0] == types[20, 1]
+    assert types[10, 0] == "gpt-post-layernorm-L2-lr0.005 optim.warmup_steps=10"
+    long = [f"+model.x{i}=1" for i in range(20)]
+    assert len(job_type(compose_cfg([]), long)) == JOB_TYPE_MAX
+
+
 def test_callbacks_from_target_entries(compose_cfg, tmp_path):
     over = ["+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping"]
     over += ["+callbacks.stop.monitor=val/loss", "+callbacks.stop.patience=2"]

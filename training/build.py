@@ -292,6 +292,7 @@ class Run:
             "divergence_reason": reason,
             "interrupted_by": interrupted,
             "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
+            "derived": task.model.derived(),  # DeepNorm's alpha and beta, Admin's omegas
             "fused_rmsnorm": kernel_used(),
             **probe_summary(trainer.callbacks),  # loss_spikes
         }

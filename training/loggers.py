@@ -16,7 +16,9 @@ artifact with ``logger.wandb.log_model=true``. wandb's console output stays quie
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.hub import reachable
 from training.resume import ResumableCSVLogger
+from training.rundir import is_operational
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0
@@ -37,6 +40,7 @@ SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # p
 # summary.json fields copied into the wandb run table.
 SUMMARY_FIELDS = (
     "status",
+    "lr",  # the peak lr (the logged metric ends at the schedule's last value)
     "diverged_at_step",
     "best_val_loss",
     "final_val_loss",
@@ -77,11 +81,41 @@ def wandb_group(cfg: DictConfig) -> str | None:
     return "sweep-" + "-".join(Path(sweep).resolve().parts[-2:]) if sweep else None
 
 
-def job_type(cfg: DictConfig) -> str:
-    """The variant without its seed: the run name with its ``-s<seed>`` part removed."""
+JOB_TYPE_MAX = 64  # wandb refuses a longer job_type
+
+
+def job_type(cfg: DictConfig, overrides: list[str] | None = None) -> str:
+    """The variant without its seed, so that wandb's group-by averages seeds and never merges
+    two settings: the run name without its ``-s<seed>`` part, followed by every override of the
+    job (``overrides``, default Hydra's) that the name does not show, the seed and operational
+    keys aside (``... optim.warmup_steps=10``). Past 64 characters: its start and a digest."""
     name = str(cfg.name)
     suffix = f"-s{cfg.seed}"
-    return name[: -len(suffix)] if name.endswith(suffix) else name
+    text = " ".join(
+        [name[: -len(suffix)] if name.endswith(suffix) else name, *unnamed(cfg, overrides)]
+    )
+    if len(text) <= JOB_TYPE_MAX:
+        return text
+    return f"{text[: JOB_TYPE_MAX - 9]}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+def unnamed(cfg: DictConfig, overrides: list[str] | None) -> list[str]:
+    """The overrides whose keys the ``name`` template does not interpolate (a group choice
+    ``placement=post`` is shown by ``${placement.name}``)."""
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    template = str(OmegaConf.to_container(cfg, resolve=False).get("name", ""))
+    shown = set(re.findall(r"\$\{([\w.]+)\}", template))
+    extra = []
+    for item in overrides:
+        key = item.lstrip("+~").partition("=")[0]
+        if key in ("seed", "experiment") or key.startswith("hydra") or is_operational(key):
+            continue
+        if key not in shown and f"{key}.name" not in shown:
+            extra.append(item)
+    return sorted(extra)
 
 
 def check_wandb_online(mode: str | None) -> None:
@@ -168,7 +202,7 @@ def define_wandb_metrics(run: Any) -> None:
     run.define_metric(STEP_AXIS)
     for section in SECTIONS:
         run.define_metric(f"{section}/*", step_metric=STEP_AXIS)
-    run.define_metric("lr", step_metric=STEP_AXIS)
+    run.define_metric("lr", step_metric=STEP_AXIS, summary="max")  # the run table: peak lr
     for name, summary in SUMMARY_OF.items():
         run.define_metric(name, step_metric=STEP_AXIS, summary=summary)
 
@@ -193,6 +227,8 @@ def finish_wandb(summary: dict | None = None) -> None:
         return
     if summary is not None:
         wandb.run.summary.update({k: summary[k] for k in SUMMARY_FIELDS if k in summary})
+        if summary.get("derived"):  # computed by the model: alpha, beta, Admin's omegas
+            wandb.run.config.update({"derived": summary["derived"]}, allow_val_change=True)
         config = getattr(wandb.run, "config", None) or {}
         log_model = config.get("logger", {}).get("wandb", {}).get("log_model")
         ckpt = Path(summary.get("run_dir") or ".") / "last.ckpt"
