@@ -41,6 +41,13 @@ class GPT(Stack):
             self.lm_head.weight = self.tok_emb.weight
         self.normalize_weights()
 
+    def flops_per_unit(self) -> float:
+        """Training FLOPs per token: 6N + 12 L T d (PaLM, Chowdhery et al. 2022, appendix B);
+        N leaves out the position table, a lookup, and counts a tied head once."""
+        c = self.cfg
+        n = self.num_params() - self.pos_emb.weight.numel()
+        return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
+
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         pairs = [(self.tok_emb.weight, 1), (self.pos_emb.weight, 1)]
         return pairs if self.cfg.tie_weights else [*pairs, (self.lm_head.weight, 1)]

@@ -67,6 +67,14 @@ class ViT(Stack):
                 nn.init.normal_(self.cls_token, std=0.02)
         self.normalize_weights()
 
+    def flops_per_unit(self) -> float:
+        """Training FLOPs per image: 6N + 12 L P d per token for its P tokens (the GPT's count;
+        N leaves out the position table, and the head, applied once, is counted per token)."""
+        c = self.cfg
+        tokens = self.pos_emb.shape[1]
+        n = self.num_params() - self.pos_emb.numel()
+        return tokens * (6 * n + 12 * c.n_layer * tokens * c.n_embd)
+
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         # The patch embedding's columns are the embeddings of single pixels: dim 0 of out x in.
         pairs = [(self.patch_embed.weight, 0), (self.pos_emb, -1), (self.head.weight, 1)]

@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from data.cache import default_cache_dir
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
 from models.gpt import GPT, GPTConfig
@@ -30,6 +31,7 @@ from training.config import check_run_length, compile_mode, node_to, optim_confi
 from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
+from training.mfu import peak_flops
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.resume import (
@@ -292,10 +294,26 @@ class Run:
             "divergence_reason": reason,
             "interrupted_by": interrupted,
             "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
+            **utilization(task, str(trainer.precision)),
             "derived": task.model.derived(),  # DeepNorm's alpha and beta, Admin's omegas
             "fused_rmsnorm": kernel_used(),
             **probe_summary(trainer.callbacks),  # loss_spikes
         }
+
+
+def utilization(task: TrainTask, precision: str) -> dict:
+    """Training FLOPs per token (per image for the ViT), the device's peak and the MFU of the
+    run's throughput against it (training/mfu.py)."""
+    unit_flops = task.model.flops_per_unit()
+    device = next(task.model.parameters()).device
+    peak, source = peak_flops(device, precision, torch.get_num_threads(), default_cache_dir())
+    mfu = task.throughput * unit_flops / peak if task.throughput and peak else None
+    return {
+        f"flops_per_{task.unit[:-1]}": unit_flops,
+        "peak_flops": peak,
+        "peak_flops_source": source,
+        "mfu": mfu,
+    }
 
 
 def check_same_data(attempt: Attempt, identity: str | None) -> None:

@@ -204,6 +204,11 @@ def check_trainer_values(cfg: DictConfig) -> None:
             + ", ".join(PRECISIONS)
         )
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not gpu_accelerator("auto"):
+        raise ConfigError(
+            "trainer=gpu needs a CUDA GPU and torch sees none here; use trainer=cpu (or "
+            "trainer.accelerator=cpu)"
+        )
     if precision.startswith("16") and not gpu_accelerator(accelerator):
         raise ConfigError(
             f"trainer.precision={precision} needs a GPU (on the CPU Lightning trains bf16 "

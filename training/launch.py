@@ -53,13 +53,33 @@ def group_options(group: str, conf: Path = CONF) -> list[str]:
     return sorted(p.stem for p in (conf / group).glob("*.yaml"))
 
 
+# Hydra's flags that take the next argument as their value (-sc install=bash is no override).
+VALUE_FLAGS = {
+    "-sc", "--shell-completion", "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
+    "-cn", "--config-name", "-cd", "--config-dir", "--info", "--experimental-rerun",
+}  # fmt: skip
+
+
+def overrides_of(args: Sequence[str]) -> list[str]:
+    """The command line's overrides: Hydra's flags and their values left out."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in VALUE_FLAGS
+        else:
+            out.append(arg)
+    return out
+
+
 def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
     """Raise ChoiceError for the first ``group=option`` (or sweep ``group=a,b``) naming an option
     that ``conf/<group>/`` lacks. Hydra's own groups (hydra/...) and malformed overrides are
     left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    candidates = [a for a in args if "=" in a and not a.startswith("-")]
+    candidates = [a for a in overrides_of(args) if "=" in a]
     try:
         overrides = OverridesParser.create().parse_overrides(candidates)
     except Exception:  # Hydra reports syntax errors itself
@@ -140,6 +160,25 @@ def root_keys(conf: Path = CONF) -> set[str]:
     return keys
 
 
+# Groups whose options are flat settings (logger composes its options from others).
+CHECKED_GROUPS = ("model", "data", "optim", "placement", "norm", "trainer")
+
+
+def group_keys(group: str, conf: Path = CONF) -> set[str]:
+    """The settings any option of ``conf/<group>/`` defines (an option packaged at the root
+    keeps its group's settings under ``<group>:``)."""
+    import yaml
+
+    keys: set[str] = set()
+    for path in (conf / group).glob("*.yaml"):
+        text = path.read_text()
+        node = yaml.safe_load(text) or {}
+        if text.startswith("# @package _global_"):
+            node = node.get(group) or {}
+        keys |= {k for k in node if k != "defaults"}
+    return keys
+
+
 def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
     an unknown group option, or an unknown root key (with the closest valid one)."""
@@ -150,14 +189,22 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     except ChoiceError as err:
         raise SystemExit(f"error: {err}") from None
     valid = root_keys(conf)
-    for arg in args:
-        if "=" not in arg or arg.startswith(("-", "+", "~")):
+    for arg in overrides_of(args):
+        if "=" not in arg or arg.startswith(("+", "~")):
             continue  # flags, and keys the user adds or deletes on purpose
-        root = arg.split("=", 1)[0].split(".", 1)[0].split("/", 1)[0]
+        key = arg.split("=", 1)[0]
+        root = key.split(".", 1)[0].split("/", 1)[0]
         if root not in valid:
             raise SystemExit(
                 f"error: unknown setting '{root}'{closest(root, valid)} in '{arg}'; "
                 f"valid settings: {', '.join(sorted(valid))}"
+            )
+        sub = key.split(".")[1] if key.count(".") >= 1 and root in CHECKED_GROUPS else None
+        if sub is not None and sub not in (known := group_keys(root, conf)):
+            near = closest(sub, known).replace("(did you mean ", f"(did you mean {root}.")
+            raise SystemExit(
+                f"error: unknown setting '{root}.{sub}'{near} in '{arg}'; valid {root} "
+                f"settings: {', '.join(sorted(known))}"
             )
 
 

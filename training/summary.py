@@ -96,7 +96,13 @@ def result_line(summary: dict) -> str:
 
     acc = f" val_acc={fmt(summary['final_val_acc'])}" if "final_val_acc" in summary else ""
     bpb = f" val_bpb={fmt(summary['final_val_bpb'])}" if summary.get("final_val_bpb") else ""
+    speed = ""
+    for unit in ("tokens", "samples"):
+        if summary.get(f"{unit}_per_s"):
+            speed = f" {unit}/s={summary[f'{unit}_per_s']:,.0f}"
+    mfu = f" mfu={summary['mfu']:.1%}" if summary.get("mfu") else ""
+    wall = f" wall={summary['wall_s']:.1f}s" if summary.get("wall_s") else ""
     return (
-        f"val_loss={fmt(summary['final_val_loss'])}{bpb}{acc} status={summary['status']} "
-        f"dir={summary['run_dir']}"
+        f"val_loss={fmt(summary['final_val_loss'])}{bpb}{acc} status={summary['status']}"
+        f"{wall}{speed}{mfu} dir={summary['run_dir']}"
     )

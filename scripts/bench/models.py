@@ -134,10 +134,7 @@ def copy_gpt_to_hf(ours: GPT, hf: nn.Module) -> None:
 
 
 def flops_per_token(m: GPT) -> float:
-    """6N + 12 L T d (PaLM, appendix B); N leaves out the position table, a lookup."""
-    c = m.cfg
-    n = m.num_params() - m.pos_emb.weight.numel()
-    return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
+    return m.flops_per_unit()  # 6N + 12 L T d (models/gpt.py)
 
 
 def gpt_contenders(s: LMSize, ours_act: str, hf_act: str, bc: BenchConfig):

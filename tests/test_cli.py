@@ -1,0 +1,56 @@
+"""The command line a researcher types: Hydra's shell completion, nested typos and a GPU
+trainer without a GPU answered in one line before anything runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from tests.conftest import ROOT
+from training.errors import ConfigError
+from training.launch import overrides_of, preflight
+
+
+def test_shell_completion_installs_and_answers_queries():
+    env = {**os.environ, "COMP_LINE": "python train.py placement=po", "COMP_POINT": "28"}
+    done = subprocess.run(
+        [sys.executable, "train.py", "-sc", "query=bash"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["placement=post"]
+    preflight(["-sc", "install=bash"])  # no "unknown setting 'install'"
+    assert overrides_of(["-m", "-sc", "query=bash", "seed=1", "--cfg", "job"]) == ["seed=1"]
+
+
+@pytest.mark.parametrize(
+    "arg,line",
+    [
+        ("model.nlayer=4", "unknown setting 'model.nlayer' (did you mean model.n_layer?)"),
+        ("optim.lrr=1e-3", "unknown setting 'optim.lrr' (did you mean optim.lr?)"),
+        ("trainer.max_step=3", "(did you mean trainer.max_steps?)"),
+        ("placement.alpah=2", "(did you mean placement.alpha?)"),
+    ],
+)
+def test_a_nested_typo_is_one_line_naming_the_key(arg, line):
+    with pytest.raises(SystemExit) as err:
+        preflight([arg])
+    message = str(err.value)
+    assert line in message and "\n" not in message and "+" not in message.split(";")[0]
+
+
+def test_valid_nested_keys_pass():
+    preflight(["model.n_layer=4", "placement.alpha=2", "norm.eps=1e-6", "data.batch_size=8"])
+    preflight(["model=vit", "model.patch_size=2", "trainer.gradient_clip_val=1.0"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_trainer_without_a_gpu_is_one_line(tmp_path, tiny_run, compose_cfg):
+    with pytest.raises(ConfigError, match=r"trainer=gpu needs a CUDA GPU.*use trainer=cpu"):
+        train.run(compose_cfg([*tiny_run, "trainer=gpu", f"run_dir={tmp_path}"]))
+    assert not (tmp_path / "summary.json").exists()  # refused before the run dir was opened
