@@ -44,3 +44,17 @@ def test_linked_files_exist():
             if "://" not in target and not (path.parent / target).exists():
                 missing.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not missing, missing
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(where, code) for each ```python block of README.md and docs/."""
+    found = []
+    for path in DOCS:
+        for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S)):
+            found.append((f"{path.relative_to(ROOT)} block {i + 1}", block))
+    return found
+
+
+@pytest.mark.parametrize("where,code", python_blocks(), ids=lambda v: v if "\n" not in v else "")
+def test_documented_python_runs_as_pasted(where, code):
+    exec(compile(code, where, "exec"), {"__name__": "__doc_snippet__"})
