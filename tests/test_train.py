@@ -204,6 +204,41 @@ def test_independent_weight_decay_does_not_scale_with_the_lr(independent):
     torch.testing.assert_close(model.weight.detach(), weight)
 
 
+def test_sgd_steps_as_momentum_sgd_by_hand():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2, bias=False)
+    cfg = OptimConfig(name="sgd", lr=0.1, momentum=0.9, weight_decay=0.01, warmup_steps=0)
+    opt = TrainTask(model, cfg, 10).configure_optimizers()["optimizer"]
+    w, buf = model.weight.detach().clone(), None
+    for grad in (torch.ones(2, 3), torch.full((2, 3), -2.0)):
+        model.weight.grad = grad.clone()
+        opt.step()
+        g = grad + 0.01 * w  # torch's SGD decay: an L2 term in the gradient
+        buf = g if buf is None else 0.9 * buf + g
+        w = w - 0.1 * buf
+    torch.testing.assert_close(model.weight.detach(), w)
+
+
+def test_adafactor_is_torchs_with_the_tasks_groups_and_schedule():
+    torch.manual_seed(0)
+    ours, ref = nn.Linear(4, 3), nn.Linear(4, 3)
+    ref.load_state_dict(ours.state_dict())
+    cfg = OptimConfig(name="adafactor", lr=0.01, weight_decay=0.1, warmup_steps=0)
+    opt = TrainTask(ours, cfg, 10).configure_optimizers()["optimizer"]
+    groups = [
+        {"params": [ref.weight], "weight_decay": 0.1},
+        {"params": [ref.bias], "weight_decay": 0.0},
+    ]
+    ref_opt = torch.optim.Adafactor(groups, lr=0.01)
+    for _ in range(2):
+        for model, o in ((ours, opt), (ref, ref_opt)):
+            model.zero_grad()
+            model(torch.ones(2, 4)).square().sum().backward()
+            o.step()
+    torch.testing.assert_close(ours.weight, ref.weight)
+    torch.testing.assert_close(ours.bias, ref.bias)
+
+
 def test_non_finite_loss_stops_cleanly_as_diverged():
     class NaNAfterTwo(nn.Module):
         def __init__(self):

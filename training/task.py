@@ -74,6 +74,8 @@ class OptimConfig:
     # Wortsman et al. 2023's independent weight decay: each step shrinks the weights by
     # weight_decay x the schedule's multiplier, not x the lr (torch's AdamW: lr x weight_decay).
     independent_wd: bool = False
+    momentum: float = 0.9  # sgd
+    nesterov: bool = False  # sgd
 
     @property
     def decay_per_lr(self) -> float:
@@ -146,8 +148,25 @@ def build_adamw(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimiz
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
 
 
+def build_sgd(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
+    """SGD with (heavy-ball or Nesterov) momentum; its weight decay is torch's: an L2 term in
+    the gradient, so it passes through the momentum."""
+    return torch.optim.SGD(list(groups), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+
+
+def build_adafactor(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
+    """Adafactor (Shazeer & Stern 2018) as torch implements it: factored second moments, no
+    first moment, relative step off (the schedule gives the lr); weight decay lr x wd."""
+    return torch.optim.Adafactor(list(groups), lr=cfg.lr)
+
+
+# What stability studies compare (Wortsman et al. 2023 vary AdamW's eps and betas, which stay
+# optim.eps and optim.betas). Lion is not in torch; Muon (torch.optim.Muon) takes 2-D weights
+# only and would need a second optimizer for the rest.
 OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimizer]] = {
     "adamw": build_adamw,
+    "sgd": build_sgd,
+    "adafactor": build_adafactor,
 }
 
 
