@@ -12,6 +12,7 @@ import pytest
 from scripts import compare
 from scripts.analysis import report as reporting
 from scripts.analysis import runs, variants, xy
+from scripts.analysis.wandb_report import report_run_id
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SWEEP = ("multirun", "2026-11-29", "12-00-00")
@@ -243,6 +244,11 @@ def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, caps
         assert text.encode() in data, text
     assert compare.main([str(sweep), "--out", str(tmp_path / "plain"), "--no-wandb"]) == 0
     assert not (tmp_path / "plain/wandb").exists()
+    # Comparing again updates the report's run: one run id per report dir.
+    assert compare.main([str(sweep), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    ids = {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "rep/wandb").glob("offline-run-*")}
+    assert len(list((tmp_path / "rep/wandb").glob("offline-run-*"))) == 2 and len(ids) == 1
+    assert ids == {report_run_id(tmp_path / "rep").rsplit("-", 1)[-1]}
 
 
 def test_explicit_group_and_probe_json(tmp_path: Path) -> None:

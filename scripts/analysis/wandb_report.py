@@ -1,14 +1,17 @@
 """The sweep's report as a wandb run of its own, next to the sweep's runs in their group.
 
-job_type ``report``, name ``report``; one artifact of type ``report`` holding report.md,
-report.json and the plots; the plots as images and the variant table as a wandb Table, so the
-group's page shows them beside the runs. The run goes where the sweep's runs went: their
-project and entity, offline into ``<report dir>/wandb/`` unless they streamed online (or
-``WANDB_MODE`` says otherwise). A sweep whose runs did not log to wandb gets none.
+job_type ``report``, name ``report``, its id fixed by the report dir (``report_run_id``), so
+that comparing the same sweep again updates that run instead of adding one; one artifact of
+type ``report`` holding report.md, report.json and the plots; the plots as images and the
+variant table as a wandb Table, so the group's page shows them beside the runs. The run goes
+where the sweep's runs went: their project and entity, offline into ``<report dir>/wandb/``
+unless they streamed online (or ``WANDB_MODE`` says otherwise). A sweep whose runs did not log
+to wandb gets none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import Counter
@@ -46,6 +49,11 @@ def lr_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]
     return columns, rows
 
 
+def report_run_id(out_dir: Path) -> str:
+    """The wandb run id of a report dir: the same for every compare of that dir."""
+    return "report-" + hashlib.sha1(str(out_dir.resolve()).encode()).hexdigest()[:16]
+
+
 def artifact_name(group: str) -> str:
     """``report-<group>`` in the characters wandb allows in an artifact name."""
     return "report-" + re.sub(r"[^A-Za-z0-9_.-]", "_", group)
@@ -72,6 +80,8 @@ def log_report(
     run = wandb.init(
         project=target["project"],
         entity=target["entity"],
+        id=report_run_id(out_dir),  # one report dir, one wandb run: a rerun updates it
+        resume="allow",
         group=group,
         job_type="report",
         name="report",
