@@ -41,6 +41,17 @@ class GPT(Stack):
             self.lm_head.weight = self.tok_emb.weight
         self.normalize_weights()
 
+    @classmethod
+    def from_hf(cls, path_or_id: str) -> GPT:
+        """A Hugging Face GPT-2 checkpoint (a save_pretrained directory, or a hub id already in
+        the local Hugging Face cache) as normlab's Pre-LN GPT (models/pretrained.py)."""
+        from models import pretrained
+
+        config, tensors = pretrained.read_checkpoint(pretrained.checkpoint_dir(path_or_id))
+        model = cls(GPTConfig(**pretrained.gpt2_fields(config)))
+        pretrained.load_gpt2_weights(model, tensors)
+        return model
+
     def flops_per_unit(self) -> float:
         """Training FLOPs per token: 6N + 12 L T d (PaLM, Chowdhery et al. 2022, appendix B);
         N leaves out the position table, a lookup, and counts a tied head once."""

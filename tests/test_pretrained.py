@@ -1,0 +1,76 @@
+"""Hugging Face GPT-2 checkpoints load into normlab's Pre-LN GPT (the logits of a random
+GPT2LMHeadModel, both file formats), hub ids come from the local cache or fail in one line, and
+scripts.probe_model profiles the loaded model against GPT-2's own hidden states."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from models.gpt import GPT
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """A random 3-layer GPT-2 in eval mode and the directory save_pretrained wrote it to."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=300, n_positions=32, n_embd=48, n_layer=3, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    path = tmp_path_factory.mktemp("gpt2")
+    hf.save_pretrained(path)
+    return hf, path
+
+
+def test_a_saved_gpt2_loads_with_the_same_logits(gpt2, tmp_path):
+    hf, path = gpt2
+    idx = torch.randint(0, 300, (2, 32))
+    with torch.no_grad():
+        expected = hf(idx).logits
+        got = GPT.from_hf(str(path)).eval()(idx)[0]
+    assert (got - expected).abs().max() <= 1e-4
+    hf.save_pretrained(tmp_path / "bin", safe_serialization=False)
+    if (tmp_path / "bin" / "pytorch_model.bin").is_file():  # the older format, where written
+        with torch.no_grad():
+            got = GPT.from_hf(str(tmp_path / "bin")).eval()(idx)[0]
+        assert (got - expected).abs().max() <= 1e-4
+
+
+def test_hub_ids_come_from_the_local_cache_or_fail_in_one_line(gpt2, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"nobody/gpt2 is neither a local directory") as e:
+        GPT.from_hf("nobody/gpt2")
+    assert "\n" not in str(e.value)
+    snapshot = tmp_path / "models--somebody--gpt2" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    for f in gpt2[1].iterdir():
+        (snapshot / f.name).write_bytes(f.read_bytes())
+    assert GPT.from_hf("somebody/gpt2").cfg.n_layer == 3
+
+
+def test_probe_model_profiles_match_gpt2s_hidden_states(gpt2, tmp_path):
+    from scripts import probe_model
+
+    hf, path = gpt2
+    text = tmp_path / "text.txt"
+    text.write_text("The residual stream of a Pre-LN model grows with depth. " * 20)
+    out = tmp_path / "probe"
+    result = probe_model.main([str(path), "--text", str(text), "--tokenizer", "bytes",
+                               "--windows", "4", "--out", str(out)])  # fmt: skip
+    assert json.loads((out / "profile.json").read_text()) == result
+    assert (out / "profile.png").read_bytes()[:4] == b"\x89PNG"
+    ids = torch.tensor(list(text.read_text().encode()))
+    batch = probe_model.windows(ids, 32, 4)
+    with torch.no_grad():
+        hidden = hf(batch, output_hidden_states=True).hidden_states  # embeddings, blocks, ln_f
+    rms = [h.float().square().mean().sqrt().item() for h in hidden[1:-1]]  # after blocks 0, 1
+    assert result["act_norm"][:2] == pytest.approx(rms, rel=1e-4)
+    assert len(result["attn/entropy"]) == 3 and all(0 < h < 3.5 for h in result["attn/entropy"])
+    with pytest.raises(SystemExit):
+        probe_model.main([str(tmp_path / "missing"), "--text", str(text)])
