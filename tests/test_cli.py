@@ -54,3 +54,22 @@ def test_a_gpu_trainer_without_a_gpu_is_one_line(tmp_path, tiny_run, compose_cfg
     with pytest.raises(ConfigError, match=r"trainer=gpu needs a CUDA GPU.*use trainer=cpu"):
         train.run(compose_cfg([*tiny_run, "trainer=gpu", f"run_dir={tmp_path}"]))
     assert not (tmp_path / "summary.json").exists()  # refused before the run dir was opened
+
+
+def test_a_run_prints_a_header_the_progress_and_a_final_line(tmp_path, tiny_run):
+    """No Lightning banner, tips, model-summary table or wandb warnings: one header line, the
+    progress (lines here: not a terminal) and the final line with wall time, speed and MFU."""
+    over = [o for o in tiny_run if not o.startswith(("logger=", "trainer.enable_progress_bar"))]
+    done = subprocess.run(
+        [sys.executable, "train.py", *over, f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = done.stdout + done.stderr
+    for noise in ("GPU available", "Tip:", "wandb: WARNING", "Total FLOPs", "Trainable params"):
+        assert noise not in text, noise
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines[0].startswith("gpt-pre-layernorm-L1-lr0.005-s0: gpt pre/layernorm L1 d32, ")
+    assert "64 tokens/step, 3 steps, cpu 32-true, 1 threads" in lines[0]
+    assert lines[-1].startswith("val_loss=") and " mfu=" in lines[-1] and " wall=" in lines[-1]

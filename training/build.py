@@ -7,6 +7,7 @@ range), so an unknown key, name or value fails before any training with one clea
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Callable
@@ -52,6 +53,9 @@ warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists 
 warnings.filterwarnings("ignore", message=r".*when logging on epoch level in distributed")
 # A deprecation inside lightning's own use of torch's pytree; nothing a user can act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+# Lightning's info lines (GPU/TPU availability, tips, "fit stopped: max_steps reached"): the
+# header line and the final line say what a run is and how it ended.
+logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
 
 
 # --- what each model needs: its config and module, its task, and the data family it reads ----
@@ -301,6 +305,27 @@ class Run:
         }
 
 
+def params(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
+
+
+def header_line(cfg: DictConfig, model: nn.Module, task: TrainTask, summary: dict) -> str:
+    """The one line a run prints before it trains: what it trains and how much per step."""
+    per_step = cfg.data.batch_size * cfg.trainer.get("accumulate_grad_batches", 1)
+    unit = "images"
+    if task.unit == "tokens":
+        per_step, unit = per_step * cfg.model.block_size, "tokens"
+    resumed = summary.get("resumed_from_step")
+    start = f", resuming at step {resumed}" if resumed else ""
+    return (
+        f"{cfg.name}: {cfg.model.name} {cfg.placement.name}/{cfg.norm.name} "
+        f"L{cfg.model.n_layer} d{cfg.model.n_embd}, {params(model.num_params())} params, "
+        f"{per_step:,} {unit}/step, {cfg.trainer.max_steps} steps, "
+        f"{cfg.trainer.accelerator} {cfg.trainer.precision}, {torch.get_num_threads()} threads"
+        f"{start}"
+    )
+
+
 def utilization(task: TrainTask, precision: str) -> dict:
     """Training FLOPs per token (per image for the ViT), the device's peak and the MFU of the
     run's throughput against it (training/mfu.py)."""
@@ -365,6 +390,8 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / "vocab.json")
+    if launched_as_rank_zero():
+        print(header_line(cfg, model, task, attempt.summary), flush=True)
     if mode:
         model.compile(mode=mode)
     return Run(task, dm, build_trainer(cfg, run_dir, loggers, callbacks), plan.ckpt_path)

@@ -185,7 +185,7 @@ def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLo
     config["experiment"] = experiment
     tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
     tags += [f"experiment:{experiment}"] if experiment else []
-    return WandbLogger(
+    logger = WandbLogger(
         name=cfg.name,
         save_dir=str(run_dir),
         group=wandb_group(cfg),
@@ -195,6 +195,9 @@ def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLo
         id=wandb_id,  # None: a new run; else continue that one (resume="allow")
         **w,
     )
+    # Lightning passes anonymous=None, which wandb warns about on every run (wandb >= 0.19).
+    logger._wandb_init.pop("anonymous", None)
+    return logger
 
 
 def define_wandb_metrics(run: Any) -> None:
