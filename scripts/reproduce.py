@@ -76,13 +76,10 @@ def compose(experiment: str, overrides: list[str]):
 
 def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, in Hydra's launch order; command line overrides replace the
-    experiment's sweep params of the same key, as in train.py -m."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    experiment's sweep params of the same key, as in train.py -m (training/launch.py: grid)."""
+    from training.launch import grid
 
-    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.params or {}).items()]
-    parsed = OverridesParser.create().parse_overrides([*params, *overrides])
-    return BasicSweeper.split_arguments(parsed, None)[0]
+    return grid(cfg.hydra.sweeper.params, overrides)
 
 
 def settings_of(cfg) -> dict[str, Any]:

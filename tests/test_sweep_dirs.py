@@ -59,3 +59,22 @@ def test_a_sweep_over_an_operational_key_is_refused_before_it_runs(tmp_path):
     assert done.returncode == 1
     assert "share the run dir" in done.stderr + done.stdout
     assert not list(tmp_path.rglob("summary.json"))
+
+
+@pytest.mark.parametrize("extra", [[], ["seed=0,1,2", "model.n_layer=3"]])
+def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
+    """grid() expands with Hydra's public parser; Hydra's own (private) sweeper agrees on every
+    experiment's grid, with and without command-line overrides that replace its params."""
+    from pathlib import Path
+
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from scripts import reproduce
+    from training.launch import grid
+
+    for path in sorted((Path(ROOT) / "conf" / "experiment").glob("*.yaml")):
+        params = reproduce.compose(path.stem, []).hydra.sweeper.params
+        args = [*(f"{k}={v}" for k, v in (params or {}).items()), *extra]
+        parsed = OverridesParser.create().parse_overrides(args)
+        assert grid(params, extra) == BasicSweeper.split_arguments(parsed, None)[0], path.stem

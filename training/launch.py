@@ -301,15 +301,15 @@ def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:
     return sweep_dir / OUTCOMES / f"{num:05d}-{Path(job_dir).name}.json"
 
 
-def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The override lists of the grid this launch sweeps (the sweeper's params, then the command
-    line's overrides, which replace a param of the same key), as the basic sweeper expands it."""
+def grid(params: Any, overrides: Sequence[str]) -> list[list[str]]:
+    """Each job's overrides, in launch order, as Hydra's basic sweeper expands a sweep: the
+    sweeper's ``params`` first, then the command line's ``overrides``, which replace a param of
+    the same key; the cartesian product of every swept value. Hydra's public parser only."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    params = config.hydra.sweeper.get("params") or {}
     given = {}
-    for args in ([f"{k}={v}" for k, v in params.items()], list(config.hydra.overrides.task)):
+    for args in ([f"{k}={v}" for k, v in (params or {}).items()], list(overrides)):
         for override in parser.parse_overrides(args):
             given[override.get_key_element()] = override
     axes = [
@@ -319,6 +319,11 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
         for key, o in given.items()
     ]
     return [list(job) for job in itertools.product(*axes)]
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The jobs of the sweep this launch runs (see ``grid``)."""
+    return grid(config.hydra.sweeper.get("params"), config.hydra.overrides.task)
 
 
 def check_distinct_dirs(config: DictConfig) -> None:
