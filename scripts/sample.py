@@ -71,13 +71,21 @@ def main(argv: list[str] | None = None) -> str:
 def sample_main(argv: list[str] | None = None) -> str:
     from training.errors import ConfigError
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--prompt", default="\n")
-    p.add_argument("--tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.sample",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", type=Path, help="a GPT run's directory (last.ckpt, vocab.json)")
+    p.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
+    p.add_argument("--tokens", type=int, default=200, help="tokens to sample (default 200)")
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="divides the logits (default 1.0)"
+    )
+    p.add_argument(
+        "--top-k", type=int, default=None, help="sample among the k likeliest tokens only"
+    )
+    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same text")
     args = p.parse_args(argv)
     if args.tokens < 0 or args.temperature <= 0 or (args.top_k is not None and args.top_k < 1):
         p.error("--tokens must be >= 0, --temperature > 0 and --top-k >= 1")

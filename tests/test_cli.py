@@ -73,3 +73,12 @@ def test_a_run_prints_a_header_the_progress_and_a_final_line(tmp_path, tiny_run)
     assert lines[0].startswith("gpt-pre-layernorm-L1-lr0.005-s0: gpt pre/layernorm L1 d32, ")
     assert "64 tokens/step, 3 steps, cpu 32-true, 1 threads" in lines[0]
     assert lines[-1].startswith("val_loss=") and " mfu=" in lines[-1] and " wall=" in lines[-1]
+
+
+def test_help_lists_the_groups_a_user_picks_from(compose_cfg):
+    from training.launch import help_groups
+
+    lines = dict(line.split(": ", 1) for line in help_groups().splitlines())
+    assert set(lines) == {"data", "experiment", "logger", "model", "norm", "optim", "placement",
+                          "trainer"}  # fmt: skip
+    assert lines["placement"].startswith("admin, b2t, deepnorm") and "size" not in lines

@@ -49,6 +49,7 @@ def multirun(launcher: str, sweep_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("launcher", ["local", "local_submitit"])
 def test_two_job_multirun(launcher: str, tmp_path: Path) -> None:
     summaries = multirun(launcher, tmp_path / "sweep")
+    assert not [p for p in (tmp_path / "sweep").rglob("*") if "%" in p.name]  # no literal %j
     assert len(summaries) == 2
     assert sorted(s["seed"] for s in summaries) == [0, 1]
     assert all(s["status"] == "completed" and s["steps"] == 2 for s in summaries)

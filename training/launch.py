@@ -145,7 +145,28 @@ def job_dir_resolver(overrides: Sequence[str], *, _root_: Any) -> str:
     return job_dir(overrides, _root_)
 
 
-for _name, _resolver in (("path_safe", path_safe), ("job_dir", job_dir_resolver)):
+# Group folders that are no option of the command line: experiment/size is composed by the
+# experiments themselves, wandb_sweep is read by `wandb sweep`.
+NOT_OPTIONS = ("experiment/size", "wandb_sweep")
+
+
+def help_groups(conf: Path = CONF) -> str:
+    """``--help``'s list: each config group a user picks from, with its options."""
+    groups = sorted(
+        str(p.relative_to(conf))
+        for p in conf.rglob("*")
+        if p.is_dir() and not str(p.relative_to(conf)).startswith("hydra")
+    )
+    return "\n".join(
+        f"{g}: {', '.join(group_options(g, conf))}" for g in groups if g not in NOT_OPTIONS
+    )
+
+
+for _name, _resolver in (
+    ("path_safe", path_safe),
+    ("job_dir", job_dir_resolver),
+    ("help_groups", lambda: help_groups()),
+):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 

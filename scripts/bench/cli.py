@@ -1,5 +1,6 @@
-"""Throughput benchmarks: normlab's GPT and ViT against Hugging Face GPT-2 and timm at identical
-configurations, norm kernels, every placement x norm, Lightning's overhead, probes, peak memory.
+"""Throughput benchmarks: normlab's GPT against Hugging Face GPT-2 and a plain GPT (and its ViT
+against timm's, where timm is installed) at identical configurations, the GPT's variants, norm
+kernels, every placement x norm, Lightning's overhead, probes, peak memory.
 
 Each comparison runs in one process and alternates its contenders (A, B, A, B, ...) after warmup,
 then takes medians, so a busy machine slows every contender alike: read the ratios. On a machine
@@ -191,7 +192,11 @@ def run_sections(
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the selected sections, print the table, write JSON if asked; returns the report."""
-    p = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--quick", action="store_true", help="tiny sizes, few rounds")
     p.add_argument(
