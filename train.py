@@ -27,20 +27,29 @@ if __name__ == "__main__":
 
     stop_on_signals()
 
+from typing import TYPE_CHECKING
+
 import hydra
-import lightning.pytorch as L
 from omegaconf import DictConfig
 
-from training.build import build, set_threads
 from training.errors import Interrupted, one_line_errors
 from training.launch import job_outcome, launch_scope, preflight
-from training.loggers import finish_wandb
-from training.rundir import Attempt, run_in_dir
 from training.summary import result_line
+
+if TYPE_CHECKING:
+    from training.rundir import Attempt
+
+# torch, Lightning and the harness that needs them load when a run starts, not before: --help,
+# shell completion and a bad command line answer in a fraction of a second.
 
 
 def fit(cfg: DictConfig, this: Attempt) -> dict:
     """Build the run and fit it; wandb's run is closed with the outcome whatever happens."""
+    import lightning.pytorch as L
+
+    from training.build import build, set_threads
+    from training.loggers import finish_wandb
+
     try:
         this.summary["threads"] = set_threads(cfg.num_threads)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -54,6 +63,8 @@ def fit(cfg: DictConfig, this: Attempt) -> dict:
 
 def attempt(cfg: DictConfig) -> Attempt:
     """Skip, resume or start the run ``cfg`` describes; the attempt holds its summary."""
+    from training.rundir import run_in_dir
+
     this = run_in_dir(cfg, lambda this: fit(cfg, this))
     if this.finished is None and this.rank_zero:
         print(result_line(this.summary), flush=True)

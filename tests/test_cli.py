@@ -82,3 +82,18 @@ def test_help_lists_the_groups_a_user_picks_from(compose_cfg):
     assert set(lines) == {"data", "experiment", "logger", "model", "norm", "optim", "placement",
                           "trainer"}  # fmt: skip
     assert lines["placement"].startswith("admin, b2t, deepnorm") and "size" not in lines
+
+
+@pytest.mark.parametrize("args", [["--help"], ["model.nlayer=2"], ["placement=nope"]])
+def test_help_and_command_line_errors_answer_before_torch_loads(args):
+    code = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('torch' in sys.modules, file=sys.stderr))\n"
+        f"sys.argv = ['train.py', *{args!r}]\n"
+        "runpy.run_path('train.py', run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.stderr.strip().splitlines()[-1] == "False", done.stderr[-2000:]
+    assert done.returncode == (0 if args == ["--help"] else 1)

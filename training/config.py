@@ -12,7 +12,6 @@ code runs; checking here keeps every message to one line that names the key and 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import math
@@ -23,14 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.errors import ConfigError
+from training.errors import ConfigError, closest
 from training.task import OptimConfig
-
-
-def closest(key: str, valid: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the closest valid key, or nothing."""
-    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def type_ok(value: Any, hint: Any) -> bool:

@@ -12,13 +12,14 @@ at once, having nobody to return its outcome to.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import os
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # What building a run raises for bad input (OSError: missing files, the hub offline).
@@ -86,6 +87,12 @@ def signals_interrupt():
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def closest(key: str, valid: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the closest valid key, or nothing."""
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def in_multirun() -> bool:

@@ -40,7 +40,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from training.errors import SWEEP_GONE, in_multirun, launched_as_rank_zero
-from training.rundir import is_operational
+from training.settings import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -203,7 +203,7 @@ def group_keys(group: str, conf: Path = CONF) -> set[str]:
 def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
     an unknown group option, or an unknown root key (with the closest valid one)."""
-    from training.config import closest
+    from training.errors import closest
 
     try:
         check_choices(args, conf)

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.hub import reachable
 from training.resume import ResumableCSVLogger
-from training.rundir import is_operational
+from training.settings import is_operational
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0

@@ -44,39 +44,11 @@ from training.errors import (
     signals_interrupt,
 )
 from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
+from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 from training.summary import FINISHED, base_summary, read_summary, write_summary
 
 # Files of an attempt that a fresh start moves aside (compare skips checkpoints/).
 ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "metrics.csv", "summary.json", "probe.json")
-# Config keys that do not change a run's result: they may differ between attempts.
-OPERATIONAL = (
-    "run_dir",
-    "name",
-    "group",
-    "study",
-    "resume",
-    "ckpt_path",
-    "debug",
-    "num_threads",
-    "compile",
-    "logger",
-    "callbacks",
-    "checkpoint",
-    "probes",
-    "reproduce",  # experiments' verdict settings: judged after the runs, not part of them
-    "init_probe",
-    "trainer.accelerator",
-    "trainer.strategy",
-    "trainer.deterministic",
-    "trainer.benchmark",
-    "trainer.detect_anomaly",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.enable_checkpointing",
-    "trainer.log_every_n_steps",
-    "data.num_proc",  # tokenizing processes: the same token files
-    "data.cache_dir",  # where the cache lives; its content is recorded as data.identity
-)
 
 
 # --- the settings that decide a result -------------------------------------------------------
@@ -99,11 +71,6 @@ def fingerprint(cfg: DictConfig) -> dict[str, Any]:
     settings = {k: v for k, v in flat.items() if not is_operational(k)}
     settings["kernels.fused"] = os.environ.get("NORMLAB_FUSED_KERNELS", "1") != "0"
     return settings
-
-
-def is_operational(key: str) -> bool:
-    """Whether a dotted config key is (or lies under) one of the OPERATIONAL keys."""
-    return any(key == s or key.startswith(s + ".") for s in OPERATIONAL)
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
