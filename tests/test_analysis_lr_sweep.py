@@ -73,3 +73,43 @@ def test_a_sweep_without_lrs_has_no_lr_section(tmp_path):
     compare.main([str(root), "--out", str(out), "--no-wandb", "--no-plots"])
     report = json.loads((out / "report.json").read_text())
     assert report["lr_sweep"] == [] and "Learning-rate" not in (out / "report.md").read_text()
+
+
+def test_report_html_is_one_self_contained_page(tmp_path):
+    """report.html embeds every figure (base64 PNGs that decode to the files) with its caption,
+    the variant and LR-sensitivity tables, and refers to no other file or script."""
+    import base64
+    from html.parser import HTMLParser
+
+    root = write_sweep(tmp_path / "sweep")
+    out = tmp_path / "report"
+    compare.main([str(root), "--out", str(out), "--no-wandb"])
+    report = json.loads((out / "report.json").read_text())
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.images, self.rows, self.refs, self.captions = [], 0, [], []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "img":
+                self.images.append((a["alt"], a["src"]))
+            self.rows += tag == "tr"
+            self.refs += [v for k, v in attrs if k in ("href", "src") and "data:" not in v]
+            self.refs += ["script"] if tag in ("script", "link") else []
+
+        def handle_data(self, data):
+            self.captions.append(data)
+
+    parsed = Page()
+    parsed.feed((out / "report.html").read_text())
+    assert parsed.refs == []
+    assert [alt for alt, _ in parsed.images] == report["plots"]
+    for alt, src in parsed.images:
+        assert base64.b64decode(src.split(",", 1)[1]) == (out / alt).read_bytes()
+    # the variant table (header + 8 variants) and the lr table (header + 2 variants)
+    assert parsed.rows == 1 + len(report["variants"]) + 1 + 2
+    text = " ".join(parsed.captions)
+    assert "Look for: A flat, low curve" in text and "Learning-rate sensitivity" in text
+    assert "*Final val loss against the peak learning rate" in (out / "report.md").read_text()

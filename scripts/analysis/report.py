@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.analysis import lr_sweep, probes, xy
+from scripts.analysis.html_report import caption, page
 from scripts.analysis.plots import write_plots
 from scripts.analysis.runs import (
     CANONICAL,
@@ -139,7 +140,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *lr_sweep.markdown(report.get("lr_sweep", [])),
     ]
-    out += [f"![{name}]({name})\n" for name in report["plots"]]
+    for name in report["plots"]:
+        out += [f"![{name}]({name})", "", f"*{caption(name)}*" if caption(name) else "", ""]
     if report["wandb_sync"]:
         out += [f"Upload the offline wandb runs: `wandb sync {report['wandb_sync']}`", ""]
     if report["warnings"]:
@@ -180,6 +182,7 @@ def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = 
         report["plots"].append(name)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
+    (out_dir / "report.html").write_text(page(report, table_cells(report), out_dir))
     return report
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from scripts.analysis.runs import Run
 
-REPORT_FILES = ("report.md", "report.json")
+REPORT_FILES = ("report.md", "report.json", "report.html")
 WHERE = ("project", "entity", "mode")  # logger.wandb.<key> in the runs' configs
 
 

@@ -1,0 +1,108 @@
+"""report.html: the sweep's report as one self-contained page to share (figures embedded as
+base64 PNGs, no external file or script), and the captions report.md and the page give each
+figure: what it shows and what to look for.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+# Figure name -> (what it shows, what to look for).
+CAPTIONS: dict[str, tuple[str, str]] = {
+    "loss_curves.png": (
+        "Train loss (EMA-smoothed, raw points faint) and val loss against the optimizer step, "
+        "one line per variant (the mean over seeds, ± std band), one panel per depth.",
+        "Which variants leave the plateau, how early, and whether one stalls or diverges.",
+    ),
+    "best_val_vs_depth.png": (
+        "Best val loss against depth per variant; diverged runs are x marks above the data.",
+        "A variant whose loss rises with depth, or stops training at the deepest stacks.",
+    ),
+    "lr_sensitivity.png": (
+        "Final val loss against the peak learning rate (log axis) per variant, each variant's "
+        "best lr circled; a diverged run counts at the loss at init (dashed).",
+        "A flat, low curve is a variant that tolerates a range of lrs (low LR sensitivity); a "
+        "best lr at the grid's edge means the grid should be widened.",
+    ),
+    "grad_norm_init.png": (
+        "Gradient norm of each layer at initialization, per placement and depth.",
+        "Pre-LN's last-layer gradient shrinking like 1/sqrt(L); Post-LN's flat in depth.",
+    ),
+    "act_norm_init.png": (
+        "Residual-stream norm after each layer at initialization.",
+        "Growth with the layer index (Pre-LN) against a flat profile (Post-LN).",
+    ),
+    "model_update.png": (
+        "DeepNet's model update ||F(x, θ_t) − F(x, θ_0)|| on a fixed batch over training.",
+        "An early jump that then stalls (Post-LN at depth) against a bounded rise.",
+    ),
+    "log_z.png": (
+        "Mean log Z of the output logits over training.",
+        "A drift away from 0 at high lr: output-logit divergence, which z-loss holds back.",
+    ),
+    "sharpness.png": (
+        "Top Hessian eigenvalue, plain and Adam-preconditioned, over training.",
+        "The preconditioned sharpness settling near 38/lr (the edge of stability for Adam).",
+    ),
+}
+HEATMAP = (
+    "One probe per layer (rows) over training (columns), per variant.",
+    "Layers or steps where the value runs away (growth, collapse to 0, or saturation near 1).",
+)
+
+
+def caption(name: str) -> str:
+    shows, look = CAPTIONS.get(name, HEATMAP if name.startswith("heat_") else ("", ""))
+    return f"{shows} Look for: {look}" if shows else ""
+
+
+def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_dir: Path) -> str:
+    """The HTML of ``report`` (scripts/analysis/report.py) with ``table`` (report.table_cells)
+    and every plot in ``out_dir`` embedded."""
+    esc = html.escape
+    head, rows = table
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>normlab report: {esc(report['sweep_dir'])}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
+        "padding:3px 6px;text-align:right}th{background:#f3f3f3}figure{margin:2em 0}"
+        "figcaption{font-size:14px;color:#444;max-width:900px}img{max-width:100%}</style>",
+        "</head><body>",
+        f"<h1>Sweep report</h1><p>{esc(report['sweep_dir'])}: {report['n_runs']} runs in "
+        f"{len(report['variants'])} variants; wandb group "
+        f"<code>{esc(', '.join(report['wandb_groups']))}</code>.</p>",
+        "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>",
+        *("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows),
+        "</table>",
+    ]
+    entries = [e for e in report.get("lr_sweep", []) if e["lrs"]]
+    if entries:
+        parts.append("<h2>Learning-rate sensitivity</h2><table><tr><th>variant</th>"
+                     "<th>best lr</th><th>final val loss</th><th>LR sensitivity</th>"
+                     "<th>edge</th></tr>")  # fmt: skip
+        for e in sorted(entries, key=lambda e: e["best_val_loss"]):
+            parts.append(
+                f"<tr><td>{esc(e['label'])}</td><td>{e['best_lr']:g}</td>"
+                f"<td>{e['best_val_loss']:.4f}</td><td>{e['lr_sensitivity']:.4f}</td>"
+                f"<td>{'yes' if e['edge'] else 'no'}</td></tr>"
+            )
+        parts.append("</table>")
+    for name in report["plots"]:
+        path = out_dir / name
+        if not path.is_file():
+            continue
+        data = base64.b64encode(path.read_bytes()).decode()
+        parts.append(
+            f"<figure><img alt='{esc(name)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption><b>{esc(name)}</b>. {esc(caption(name))}</figcaption></figure>"
+        )
+    if report["warnings"]:
+        parts.append("<h2>Warnings</h2><ul>")
+        parts += [f"<li>{esc(w)}</li>" for w in report["warnings"]]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
