@@ -75,6 +75,16 @@ def check_config(cfg: TextDataConfig) -> None:
             raise ValueError("data.streaming=true needs data.max_tokens=<tokens to keep>")
 
 
+def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
+    """The loss (nats/token) of predicting every token by the train split's token frequencies:
+    the plateau a language model leaves when it starts to use context."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for i in range(0, len(tokens), 2**24):
+        counts += np.bincount(tokens[i : i + 2**24], minlength=vocab_size)[:vocab_size]
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
 def window_batch(tokens: np.ndarray, offsets: torch.Tensor, block_size: int):
     """(x, y) for windows starting at ``offsets``: one gather, y is x shifted by one."""
     view = np.lib.stride_tricks.sliding_window_view(tokens, block_size + 1)
@@ -116,6 +126,7 @@ class TextDataModule(StepDataModule):
         self.train_tokens, self.val_tokens = train, val
         # UTF-8 bytes each id stands for: the task turns val/loss into val/bpb with it.
         self.token_bytes = torch.from_numpy(self._bytes_table(tokenizer, entry, val))
+        self.unigram_loss = unigram_entropy(train, tokenizer.vocab_size)
         self.tokenizer = tokenizer
 
     def _bytes_table(self, tokenizer: Tokenizer, entry, val: np.ndarray) -> np.ndarray:

@@ -49,3 +49,20 @@ def test_a_run_records_its_mfu_and_prints_it(
     assert summary["mfu"] == pytest.approx(expected) and 0 < summary["mfu"] < 1
     line = result_line(summary)
     assert f"mfu={summary['mfu']:.1%}" in line and "tokens/s=" in line and "wall=" in line
+
+
+def test_the_reference_losses_a_run_records(tmp_path, tiny_run, compose_cfg, one_thread):
+    """The unigram loss of the train split's token frequencies (a text run) and chance (an
+    image run): the loss of a model that learned nothing useful, drawn in the loss plots."""
+    import math
+
+    import numpy as np
+
+    from data.text import unigram_entropy
+
+    assert unigram_entropy(np.array([0, 0, 1, 2], np.uint16), 4) == pytest.approx(1.5 * math.log(2))
+    gpt = train.run(compose_cfg([*tiny_run, f"run_dir={tmp_path / 'gpt'}"]))
+    assert 2.5 < gpt["unigram_loss"] < 4.0  # pydocs' characters: ~3.25 nats
+    vit = [o for o in tiny_run if not o.startswith(("model.block_size", "data.val_b"))]
+    vit_summary = train.run(compose_cfg([*vit, "model=vit", f"run_dir={tmp_path / 'vit'}"]))
+    assert vit_summary["chance_loss"] == pytest.approx(math.log(10))

@@ -8,6 +8,7 @@ range), so an unknown key, name or value fails before any training with one clea
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -380,6 +381,11 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         raise ConfigError(str(err)) from err
     if hasattr(dm, "lossy_tokenizer"):
         attempt.summary["lossy_tokenizer"] = dm.lossy_tokenizer
+    # The loss of a model that learned nothing useful: the plots draw it as a reference line.
+    if hasattr(dm, "unigram_loss"):
+        attempt.summary["unigram_loss"] = dm.unigram_loss
+    elif hasattr(dm, "num_classes"):
+        attempt.summary["chance_loss"] = math.log(dm.num_classes)
     attempt.summary.update(
         params=model.num_params(),
         resumed_from_step=None if plan.ckpt is None else int(plan.ckpt["global_step"]),

@@ -158,13 +158,30 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
                 ax.set_yscale("log")
             else:
                 clip_losses(ax, [r for v in group for r in v.runs], metric)
-            ax.set_title(f"{metric}, L={depth}" if depth is not None else metric, fontsize=9)
+            if "loss" in metric and (ref := reference_loss([r for v in group for r in v.runs])):
+                low, high = ax.get_ylim()
+                ax.set_ylim(min(low, ref[1] * 0.98), max(high, ref[1] * 1.02))
+                ax.axhline(ref[1], color="gray", ls=":", lw=1)
+                ax.annotate(f"{ref[0]} {ref[1]:.2f}", (1, ref[1]), xycoords=("axes fraction",
+                            "data"), ha="right", va="bottom", fontsize=7, color="gray")  # fmt: skip
+            words = metric.replace("/", " ")
+            ax.set_title(f"{words}, depth {depth}" if depth is not None else words, fontsize=9)
             ax.set_xlabel("step")
             ax.set_ylabel(curve_label(metric, ylabel, tau, log_y), fontsize=8)
             ax.grid(alpha=0.3)
     extra = [Line2D([], [], ls="", marker="x", color="gray", mew=2, label="diverged here")]
     legend_outside(fig, colors, counts, extra if diverged else ())
     return xy.save(fig, out_dir, name)
+
+
+def reference_loss(runs) -> tuple[str, float] | None:
+    """(name, value) of the loss a model that learned nothing useful reaches: the unigram loss
+    of a text run's train split, or chance (log of the classes) for an image run."""
+    for key, name in (("unigram_loss", "unigram loss"), ("chance_loss", "chance")):
+        values = [v for r in runs if (v := r.summary.get(key)) is not None]
+        if values:
+            return name, sum(values) / len(values)
+    return None
 
 
 def clip_losses(ax, runs, metric: str) -> None:
