@@ -78,3 +78,25 @@ def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
         args = [*(f"{k}={v}" for k, v in (params or {}).items()), *extra]
         parsed = OverridesParser.create().parse_overrides(args)
         assert grid(params, extra) == BasicSweeper.split_arguments(parsed, None)[0], path.stem
+
+
+def test_a_grid_that_fails_one_check_everywhere_is_refused_once(tmp_path):
+    from hydra import initialize_config_dir
+
+    from tests.conftest import CONF
+    from training.launch import check_grid_once
+
+    def cfg(task):
+        node = sweep_config(tmp_path, task)
+        node.hydra.job.config_name = "config"
+        return node
+
+    strict = ["optim.strict_warmup=true", "optim.warmup_steps=500", "trainer.max_steps=10"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        with pytest.raises(SystemExit, match=r"every job of this sweep fails the same check: "
+                                             r"optim.warmup_steps=500 is longer"):  # fmt: skip
+            check_grid_once(cfg([*strict, "seed=0,1,2"]))
+        check_grid_once(cfg([*strict[1:], "seed=0,1"]))  # clamped with a warning: runs
+        check_grid_once(
+            cfg(["optim.strict_warmup=true", "optim.warmup_steps=5,500", "trainer.max_steps=10"])
+        )  # fmt: skip  (one job passes)

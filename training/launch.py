@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -317,6 +318,33 @@ def end_process_group() -> None:
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
 
 
+def check_grid_once(config: DictConfig) -> None:
+    """Put the grid's jobs through the checks a job makes before it trains (root keys and
+    values, the run length), until one passes; when every job fails the same check, refuse
+    the sweep once, before any job starts, instead of once per job."""
+    from hydra import compose
+
+    from training.config import check_run_length, check_top_level
+    from training.errors import ConfigError
+
+    messages = set()
+    for job in sweep_jobs(config):
+        try:
+            # run_dir stands in for Hydra's output dir, which no job has yet
+            cfg = compose(config.hydra.job.config_name, overrides=[*job, "run_dir=-"])
+            check_top_level(cfg)
+            with contextlib.redirect_stdout(io.StringIO()):  # the job prints its own warnings
+                check_run_length(cfg)
+        except ConfigError as err:
+            messages.add(str(err))
+        except Exception:  # noqa: BLE001 - what composing a job raises is the job's to report
+            return
+        else:
+            return
+    if len(messages) == 1:
+        raise SystemExit(f"error: every job of this sweep fails the same check: {messages.pop()}")
+
+
 def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:
     """One record per job of this launch, numbered: two jobs never share one."""
     return sweep_dir / OUTCOMES / f"{num:05d}-{Path(job_dir).name}.json"
@@ -374,6 +402,7 @@ class SweepStatus(HydraCallback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_distinct_dirs(config)
+        check_grid_once(config)
         shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
