@@ -74,3 +74,38 @@ def test_probe_model_profiles_match_gpt2s_hidden_states(gpt2, tmp_path):
     assert len(result["attn/entropy"]) == 3 and all(0 < h < 3.5 for h in result["attn/entropy"])
     with pytest.raises(SystemExit):
         probe_model.main([str(tmp_path / "missing"), "--text", str(text)])
+
+
+def test_model_init_from_starts_training_from_the_checkpoint(tmp_path, compose_cfg, tiny_run):
+    """The first train loss of a run started from a GPT-2 checkpoint is GPT-2's own loss on the
+    run's first batch; an architecture the config does not state is refused, naming the keys."""
+    import csv
+
+    import train
+    from data import TextDataConfig, TextDataModule
+    from training.errors import ConfigError
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=256, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    hf.save_pretrained(tmp_path / "ckpt")
+    arch = ["model.n_head=2", "model.n_layer=2", "model.n_embd=32", "model.block_size=16",
+            "model.activation=gelu_tanh", "model.qk_norm=false", "data.tokenizer=bytes",
+            f"model.init_from={tmp_path / 'ckpt'}", f"data.cache_dir={tmp_path / 'c'}"]  # fmt: skip
+    run = [o for o in tiny_run if not o.startswith(("model.", "data.val"))]
+    with pytest.raises(ConfigError, match=r"another architecture; state it .* model.n_head=2"):
+        train.run(compose_cfg([*run, *arch[1:], f"run_dir={tmp_path / 'bad'}"]))
+    train.run(compose_cfg([*run, *arch, f"run_dir={tmp_path / 'run'}"]))
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        first = next(float(r["train/loss"]) for r in csv.DictReader(f) if r["train/loss"])
+    dm = TextDataModule(TextDataConfig(tokenizer="bytes", cache_dir=str(tmp_path / "c")),
+                        block_size=16, batch_size=4, seed=0)  # fmt: skip
+    dm.setup()
+    x, y = dm.train_batch(0)
+    with torch.no_grad():
+        expected = hf(x, labels=None).logits.flatten(0, 1).log_softmax(-1)
+        expected = -expected[torch.arange(y.numel()), y.flatten()].mean().item()
+    assert first == pytest.approx(expected, rel=1e-4)

@@ -70,7 +70,7 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
     # Every key of the model-facing groups must be a field the model config accepts.
     node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config)
     node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config)
-    node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config)
+    node_to(dict, cfg.model, "model", drop=("name", "init_from"), fields_of=spec.config)
     node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
     optim_config(cfg, cfg.optim.warmup_steps)
     node_to(ProbeConfig, cfg.probes, "probes")

@@ -7,6 +7,7 @@ range), so an unknown key, name or value fails before any training with one clea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -144,7 +145,9 @@ OWNED = {
 def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
     """Model config = model node + placement node + norm node + the fields the data decides."""
     parts = (
-        node_to(dict, cfg.model, "model", drop=("name",), fields_of=spec.config, owned=OWNED),
+        node_to(
+            dict, cfg.model, "model", drop=("name", "init_from"), fields_of=spec.config, owned=OWNED
+        ),
         node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config),
         node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config),
     )
@@ -152,7 +155,35 @@ def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) ->
 
 
 def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
-    return spec.module(model_config(cfg, spec, dm))
+    """The model the config describes; with ``model.init_from`` a GPT-2 checkpoint's weights,
+    whose architecture the config must then state (so that the run's record is what ran)."""
+    model_cfg = model_config(cfg, spec, dm)
+    init_from = cfg.model.get("init_from")
+    if not init_from:
+        return spec.module(model_cfg)
+    if spec.module is not GPT:
+        raise ConfigError("model.init_from loads GPT-2 checkpoints: use it with model=gpt")
+    model = GPT.from_hf(str(init_from))
+    loaded = dataclasses.asdict(model.cfg)
+    wanted = dataclasses.asdict(model_cfg)
+    names = {"norm_eps": "norm.eps", "placement": "placement", "norm": "norm"}
+    differ = [
+        f"{names.get(k, 'model.' + k)}={loaded[k]}"
+        for k in loaded
+        if k in wanted and wanted[k] != loaded[k] and k != "vocab_size"
+    ]
+    if loaded["vocab_size"] != wanted["vocab_size"]:
+        raise ConfigError(
+            f"model.init_from={init_from} has {loaded['vocab_size']} token ids but "
+            f"data.tokenizer={cfg.data.get('tokenizer')} gives {wanted['vocab_size']}; use the "
+            "checkpoint's tokenizer (data.tokenizer=<its dir>/tokenizer.json)"
+        )
+    if differ:
+        raise ConfigError(
+            f"model.init_from={init_from} is another architecture; state it (the record must "
+            f"say what runs): {' '.join(differ)}"
+        )
+    return model
 
 
 # --- callbacks and trainer -------------------------------------------------------------------
