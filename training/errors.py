@@ -80,13 +80,15 @@ def _interrupted_hook(kind, value, tb) -> None:
 
 @contextlib.contextmanager
 def signals_interrupt():
-    """``stop_on_signals`` for a block; the previous handlers come back after it."""
+    """``stop_on_signals`` for a block; the previous handlers (and excepthook) come back."""
+    hook = sys.excepthook
     old = stop_on_signals()
     try:
         yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        sys.excepthook = hook
 
 
 def closest(key: str, valid: Iterable[str]) -> str:
