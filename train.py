@@ -33,7 +33,7 @@ import hydra
 from omegaconf import DictConfig
 
 from training.errors import Interrupted, one_line_errors
-from training.launch import job_outcome, launch_scope, preflight
+from training.launch import for_the_sweeper, job_outcome, launch_scope, preflight
 from training.summary import result_line
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@for_the_sweeper
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
     this = attempt(cfg)

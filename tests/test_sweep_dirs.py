@@ -100,3 +100,21 @@ def test_a_grid_that_fails_one_check_everywhere_is_refused_once(tmp_path):
         check_grid_once(
             cfg(["optim.strict_warmup=true", "optim.warmup_steps=5,500", "trainer.max_steps=10"])
         )  # fmt: skip  (one job passes)
+
+
+def test_an_optuna_search_minimizes_the_final_val_loss(tmp_path):
+    """hparams_search=lr_warmup: each trial is a run; the search gets its final val loss back
+    and the sweep's status line counts the trials as any sweep's jobs."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "train.py", "-m", "hparams_search=lr_warmup", *TINY_RUN,
+         "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "optim.warmup_steps=range(0,3)",
+         f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"sweep {tmp_path}: 2 completed" in done.stdout
+    losses = [json.loads(p.read_text())["final_val_loss"] for p in tmp_path.glob("*/summary.json")]
+    results = (tmp_path / "optimization_results.yaml").read_text()
+    assert len(losses) == 2 and f"best_value: {min(losses)}" in results

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -32,7 +33,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -401,8 +402,9 @@ class SweepStatus(HydraCallback):
     each job that failed, was refused or never ended, and the exit code is 1 if any did."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        check_distinct_dirs(config)
-        check_grid_once(config)
+        if not searching(config):  # a search's trials are drawn as it goes: no grid to check
+            check_distinct_dirs(config)
+            check_grid_once(config)
         shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
@@ -411,7 +413,7 @@ class SweepStatus(HydraCallback):
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         try:
-            value = job_return.return_value
+            value = getattr(job_return.return_value, "record", job_return.return_value)
         except Exception as err:  # the job raised past train.py's own handling
             value = {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
         self._write(config, value if isinstance(value, dict) else {"outcome": "failed"})
@@ -454,4 +456,43 @@ def job_outcome(summary: dict, skipped: bool) -> dict:
     """What train.py returns to Hydra for a job: its outcome and status (see SweepStatus)."""
     status = summary.get("status")
     outcome = "skipped" if skipped else status
-    return {"outcome": outcome, "status": status, "error": summary.get("error")}
+    record = {"outcome": outcome, "status": status, "error": summary.get("error")}
+    return {**record, "final_val_loss": summary.get("final_val_loss")}
+
+
+def searching(config: Any = None) -> bool:
+    """Whether the sweep is a search (Optuna's sweeper, ...): its trials want a number back."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if config is None:
+        if not HydraConfig.initialized():
+            return False
+        config = HydraConfig.get()
+    else:
+        config = config.hydra
+    target = str(config.sweeper.get("_target_", ""))
+    return bool(target) and not target.endswith("BasicSweeper")
+
+
+class Objective(float):
+    """A trial's final val loss (NaN when it did not complete: the search marks it failed),
+    carrying the job's outcome record for SweepStatus."""
+
+    record: dict
+
+
+def for_the_sweeper(task: Callable[[Any], dict | None]) -> Callable[[Any], Any]:
+    """A search gets each job's final val loss as the number it minimizes; other sweeps and
+    single runs get the outcome record."""
+
+    @functools.wraps(task)
+    def wrapper(cfg: Any) -> Any:
+        record = task(cfg) or {"outcome": "failed"}
+        if not searching():
+            return record
+        loss = record.get("final_val_loss") if record.get("status") == "completed" else None
+        value = Objective(float("nan") if loss is None else loss)
+        value.record = record
+        return value
+
+    return wrapper
