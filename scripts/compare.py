@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=None, help="report dir (default SWEEP_DIR/report)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the tables only")
+    parser.add_argument("--logy", action="store_true", help="loss curves on a log axis")
     parser.add_argument(
         "--no-wandb", action="store_true", help="no wandb run for the report (see below)"
     )
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "--y", default="best_val_loss", help="run results (comma list), e.g. best_val_loss"
     )
     args = parser.parse_args(argv)
-    report = compare(args.sweep_dir, args.out, plots=not args.no_plots)
+    report = compare(args.sweep_dir, args.out, plots=not args.no_plots, logy=args.logy)
     out_dir = args.out or args.sweep_dir / "report"
     print(markdown_table(report) if report["variants"] else "no runs found")
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")

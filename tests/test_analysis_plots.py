@@ -193,3 +193,21 @@ def test_compare_cli_draws_x_against_y(tmp_path: Path, capsys) -> None:
         compare.main([*argv[:1], "--x", "seed"])
     with pytest.raises(SystemExit, match="compare: no run has val_ppl"):
         compare.main([*argv[:3], "--y", "val_ppl"])
+
+
+def test_two_keys_map_to_colour_and_line_style():
+    """Variants that differ in two keys: one colour per value of the first, one line style per
+    value of the second, each mapping once in the legend; one key: a colour per variant."""
+    from scripts.analysis.plots import LINESTYLES, Styles
+    from scripts.analysis.variants import Variant
+
+    grid = [Variant({"placement": p, "lr": lr, "n_layer": 2}, [], "") for p in ("post", "pre")
+            for lr in (0.001, 0.003)]  # fmt: skip
+    styles = Styles(grid, ["placement", "lr", "n_layer"])
+    drawn = {(v.params["placement"], v.params["lr"]): styles.of(v) for v in grid}
+    assert drawn["post", 0.001][1] == drawn["post", 0.003][1] != drawn["pre", 0.001][1]
+    assert drawn["post", 0.001][2] == drawn["pre", 0.001][2] == LINESTYLES[0]
+    assert drawn["post", 0.003][2] == LINESTYLES[1]
+    assert [h.get_label() for h in styles.legend_extra()] == ["lr=0.001", "lr=0.003"]
+    one = Styles(grid[:2], ["lr"])
+    assert len({one.of(v)[1] for v in grid[:2]}) == 2 and one.legend_extra() == []

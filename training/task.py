@@ -294,7 +294,9 @@ class TrainTask(L.LightningModule):
             self.model.profile_init(dm.train_batch(0)[0].to(self.device))
 
     def logging_step(self) -> bool:
-        return self.global_step % max(1, self.trainer.log_every_n_steps) == 0
+        """Every log_every_n_steps-th step, and the last one: the curves end where the run did."""
+        step = self.global_step
+        return step % max(1, self.trainer.log_every_n_steps) == 0 or step == self.total_steps - 1
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         step = self.global_step

@@ -22,7 +22,7 @@ import numpy as np
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
 from scripts.analysis import xy  # noqa: E402
 from scripts.analysis.heatmaps import write_heatmaps  # noqa: E402
@@ -72,7 +72,7 @@ def seed_band(series: list[Series], log: bool = False) -> tuple[np.ndarray, ...]
     return (grid, np.exp(mean), np.exp(std), n) if log else (grid, mean, std, n)
 
 
-def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool) -> int:
+def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool, ls="-") -> int:
     """Raw points faint, the (smoothed) seed mean with its ± std band, an x where a run
     diverged. Returns how many runs it drew."""
     raw = [r.metrics.get(metric, []) for r in runs]
@@ -87,7 +87,7 @@ def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool) -
     low, high = (mean / std, mean * std) if log_y else (mean - std, mean + std)
     ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0, zorder=2)
     marker = "o" if len(steps) <= 30 and not tau else None
-    ax.plot(steps, mean, color=color, lw=1.6, marker=marker, ms=3, zorder=3)
+    ax.plot(steps, mean, color=color, lw=1.6, ls=ls, marker=marker, ms=3, zorder=3)
     for run, pts in zip(runs, curves, strict=True):
         if run.status == "diverged" and pts and "loss" in metric:  # where it stopped
             ax.plot(*pts[-1], "x", color=color, ms=8, mew=2, zorder=4)
@@ -95,7 +95,8 @@ def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool) -
 
 
 def curve_label(metric: str, ylabel: str, tau: float | None, log_y: bool) -> str:
-    what = metric if ylabel in ("loss", metric) else f"{metric}: {ylabel}"
+    words = metric.replace("/", " ")
+    what = words if ylabel in ("loss", metric) else f"{words}: {ylabel}"
     if tau:
         return f"{what}\n(EMA, τ = {tau:g} steps)"
     return f"{what}\n(geometric mean)" if log_y else what
@@ -114,6 +115,41 @@ def legend_outside(fig: plt.Figure, colors: dict[str, Any], counts: dict[str, se
     handles += [Line2D([], [], color="gray", lw=6, alpha=0.25, label="± 1 std over seeds")]
     handles += list(extra)
     fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+
+
+LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
+
+
+class Styles:
+    """How each variant is drawn. With two keys besides the depth, the first sets the colour
+    and the second the line style, and the legend gives each mapping once; otherwise every
+    variant has a colour of its own."""
+
+    def __init__(self, variants: list[Variant], fields: list[str]) -> None:
+        self.keys = [f for f in fields if f != "n_layer"]
+        self.fields = fields
+        if len(self.keys) == 2:
+            first, second = ({v.params.get(k) for v in variants} for k in self.keys)
+            order = sorted(second, key=str)
+            self.colors = series_colors([f"{self.keys[0]}={x}" for x in first])
+            self.lines = {x: LINESTYLES[i % len(LINESTYLES)] for i, x in enumerate(order)}
+        else:
+            self.colors = series_colors([series_label(v, fields) for v in variants])
+            self.lines = {}
+
+    def of(self, v: Variant) -> tuple[str, Any, Any]:
+        """(legend name, colour, line style) of variant ``v``."""
+        if self.lines:
+            a, b = (v.params.get(k) for k in self.keys)
+            return f"{self.keys[0]}={a}", self.colors[f"{self.keys[0]}={a}"], self.lines[b]
+        name = series_label(v, self.fields)
+        return name, self.colors[name], "-"
+
+    def legend_extra(self) -> list[Line2D]:
+        return [
+            Line2D([], [], color="black", lw=1.4, ls=ls, label=f"{self.keys[1]}={value}")
+            for value, ls in self.lines.items()
+        ]
 
 
 # --- figures -------------------------------------------------------------------------------------
@@ -139,7 +175,7 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
     if not rows:
         return None
     depths = by_depth(variants)
-    colors = series_colors([series_label(v, fields) for v in variants])
+    styles = Styles(variants, fields)
     size = (4.4 * len(depths) + 2.5, 3.2 * len(rows))
     fig, axes = plt.subplots(
         len(rows), len(depths), figsize=size, squeeze=False, layout="constrained"
@@ -150,12 +186,14 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
         for col, (depth, group) in enumerate(depths.items()):
             ax = axes[row][col]
             for v in group:
-                series = series_label(v, fields)
-                if drawn := draw_variant(ax, v.runs, metric, colors[series], tau, log_y):
+                series, color, ls = styles.of(v)
+                if drawn := draw_variant(ax, v.runs, metric, color, tau, log_y, ls):
                     counts.setdefault(series, set()).add(drawn)
                     diverged |= "loss" in metric and any(r.status == "diverged" for r in v.runs)
             if log_y:
                 ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(ScalarFormatter())  # 2.5, not 2.5 x 10^0
+                ax.yaxis.set_minor_formatter(ScalarFormatter())
             else:
                 clip_losses(ax, [r for v in group for r in v.runs], metric)
             if "loss" in metric and (ref := reference_loss([r for v in group for r in v.runs])):
@@ -169,8 +207,10 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
             ax.set_xlabel("step")
             ax.set_ylabel(curve_label(metric, ylabel, tau, log_y), fontsize=8)
             ax.grid(alpha=0.3)
-    extra = [Line2D([], [], ls="", marker="x", color="gray", mew=2, label="diverged here")]
-    legend_outside(fig, colors, counts, extra if diverged else ())
+    extra = styles.legend_extra()
+    if diverged:
+        extra.append(Line2D([], [], ls="", marker="x", color="gray", mew=2, label="diverged here"))
+    legend_outside(fig, styles.colors, counts, extra)
     return xy.save(fig, out_dir, name)
 
 
@@ -267,13 +307,14 @@ def widen_log_range(ax, factor: float = 4.0) -> None:
 
 
 def write_plots(
-    variants: list[Variant], fields: list[str], probes: list[Probe], out_dir: Path
+    variants: list[Variant], fields: list[str], probes: list[Probe], out_dir: Path, logy=False
 ) -> list[str]:
-    """Every plot whose data exists; returns the file names written into ``out_dir``."""
+    """Every plot whose data exists; returns the file names written into ``out_dir``.
+    ``logy``: the loss curves on a log axis."""
     groups = probe_groups(probes)
     makers: list[Callable[[], str | None]] = [
         lambda: plot_curves(
-            variants, fields, out_dir, ["train/loss", "val/loss"], "loss_curves.png", "loss"
+            variants, fields, out_dir, ["train/loss", "val/loss"], "loss_curves.png", "loss", logy
         ),
         lambda: xy.plot_xy(
             variants, fields, "n_layer", ["best_val_loss"], out_dir, "best_val_vs_depth.png"

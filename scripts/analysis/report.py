@@ -149,7 +149,9 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = True) -> dict:
+def compare(
+    sweep_dir: str | Path, out: str | Path | None = None, plots: bool = True, logy: bool = False
+) -> dict:
     """Load every run below ``sweep_dir``, write report.md/report.json/plots; return the report."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -175,7 +177,7 @@ def compare(sweep_dir: str | Path, out: str | Path | None = None, plots: bool = 
         "variants": [v.row() for v in variants],
         "lr_sweep": lr_sweep.lr_sweep(variants, fields),
         "init_probe": probes.probe_groups(found),
-        "plots": write_plots(variants, fields, found, out_dir) if plots else [],
+        "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
         "warnings": list(warn),
     }
     if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
