@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from scripts.analysis import xy  # noqa: E402
 from scripts.analysis.heatmaps import write_heatmaps  # noqa: E402
 from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
-from scripts.analysis.runs import Series  # noqa: E402
+from scripts.analysis.runs import Series, log_slope  # noqa: E402
 from scripts.analysis.variants import Variant, label  # noqa: E402
 from scripts.analysis.xy import series_colors  # noqa: E402
 
@@ -277,15 +277,22 @@ def plot_per_layer(
 
 
 def plot_fc2(ax, fc2: list[dict]) -> list[Line2D]:
-    """The last layer's FFN (fc2) grad norm at init against depth, one line per series;
-    returns the legend handles of its series."""
+    """The last layer's FFN (fc2) grad norm at init against depth, one line per series with
+    its fitted log-log slope (Xiong et al. 2020: 0 for Post-LN, -1/2 for Pre-LN), and a dashed
+    1/sqrt(L) reference through Pre-LN's first point (else the first series'); returns the
+    legend handles."""
     colors = series_colors([g["series"] for g in fc2])
-    handles = []
-    for name_ in sorted(colors):
+    handles, anchor = [], None
+    for name_ in sorted(colors, key=lambda n: not n.endswith("=pre")):
         pts = sorted((depth_of(g["params"]), g["last_fc2"]) for g in fc2 if g["series"] == name_)
-        handles += ax.plot(
-            *zip(*pts, strict=True), "o-", color=colors[name_], label=f"fc2: {name_}"
-        )
+        xs, ys = zip(*pts, strict=True)
+        fit = f", slope {log_slope(xs, ys):+.2f}" if len(pts) > 1 and min(ys) > 0 else ""
+        handles += ax.plot(xs, ys, "o-", color=colors[name_], label=f"fc2: {name_}{fit}")
+        anchor = anchor or pts[0]
+    depths = sorted({depth_of(g["params"]) for g in fc2})
+    if anchor[1] > 0 and len(depths) > 1:
+        ref = [anchor[1] * (anchor[0] / d) ** 0.5 for d in depths]
+        handles += ax.plot(depths, ref, "--", color="gray", lw=1, label="1/sqrt(L) reference")
     ax.set_xscale("log", base=2)
     ticks = sorted({depth_of(g["params"]) for g in fc2})
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
