@@ -211,3 +211,10 @@ def test_two_keys_map_to_colour_and_line_style():
     assert [h.get_label() for h in styles.legend_extra()] == ["lr=0.001", "lr=0.003"]
     one = Styles(grid[:2], ["lr"])
     assert len({one.of(v)[1] for v in grid[:2]}) == 2 and one.legend_extra() == []
+
+
+def test_heatmap_step_cells_start_at_the_first_logged_step():
+    from scripts.analysis.heatmaps import edges
+
+    assert edges([0, 10, 20], clamp=True).tolist() == [0, 5, 15, 20]
+    assert edges([0, 1, 2]).tolist() == [-0.5, 0.5, 1.5, 2.5]  # layers: centred cells

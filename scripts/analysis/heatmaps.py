@@ -56,12 +56,15 @@ def layer_grid(runs: list[Run], prefix: str) -> tuple[list[int], np.ndarray] | N
     return steps, matrix
 
 
-def edges(points: list[int]) -> np.ndarray:
-    """Cell edges around each point (midpoints between neighbours)."""
+def edges(points: list[int], clamp: bool = False) -> np.ndarray:
+    """Cell edges around each point (midpoints between neighbours); ``clamp``: the outer edges
+    at the first and last point, so a step axis starts at the first logged step."""
     x = np.asarray(points, dtype=float)
     if len(x) == 1:
         return np.array([x[0] - 0.5, x[0] + 0.5])
     mid = (x[1:] + x[:-1]) / 2
+    if clamp:
+        return np.concatenate([[x[0]], mid, [x[-1]]])
     return np.concatenate([[2 * x[0] - mid[0]], mid, [2 * x[-1] - mid[-1]]])
 
 
@@ -90,7 +93,7 @@ def plot_heatmap(variants: list[Variant], prefix: str, out_dir: Path) -> str | N
     mesh = None
     for ax, (variant, (steps, grid)) in zip(axes.flat, found, strict=False):
         layers = list(range(grid.shape[0]))
-        mesh = ax.pcolormesh(edges(steps), edges(layers), grid, norm=norm, cmap="viridis")
+        mesh = ax.pcolormesh(edges(steps, True), edges(layers), grid, norm=norm, cmap="viridis")
         ax.set_title(variant.label, fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel("layer")
