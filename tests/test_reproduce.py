@@ -210,6 +210,8 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert claims["F1c"]["measured"]["ratio"] == pytest.approx(1.0, abs=0.01)
     assert claims["F1c"]["status"] == claims["F1d"]["status"] == "PASS"
     assert "| F1a |" in (out / "verdict.md").read_text()
+    report_md = (out / "report" / "report.md").read_text()  # what the probe measured
+    assert "| series | depth | seeds |" in report_md and "| warmup |" not in report_md
     capsys.readouterr()
     docs = tmp_path / "docs"
     assert reproduce.main([*argv, "--publish", str(docs)]) == 0

@@ -126,8 +126,42 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def probe_cells(groups: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The init probe's table: what it measured (series, depth, seeds), not the jobs' configs."""
+    head = ["series", "depth", "seeds", "last-layer FFN grad norm", "residual norm, last layer"]
+    rows = []
+    for g in groups:
+        fc2 = "–" if g["last_fc2"] is None else f"{g['last_fc2']:.4g}"
+        act = f"{g['act_norm'][-1]:.4g}" if g.get("act_norm") else "–"
+        rows.append([g["series"], str(g["params"].get("n_layer")), ",".join(g["seeds"]), fc2, act])
+    return head, rows
+
+
+def probe_table(groups: list[dict[str, Any]]) -> str:
+    head, rows = probe_cells(groups)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def trained(report: dict[str, Any]) -> bool:
+    """Whether the sweep's runs trained (have losses), as opposed to init-probe jobs."""
+    return any(v["best_val_loss"] or v["best_val_acc"] for v in report["variants"])
+
+
 def markdown(report: dict[str, Any]) -> str:
     out = [f"# Sweep report: {report['sweep_dir']}", ""]
+    if report["init_probe"] and not trained(report):  # F1: forward + backward at init only
+        out += [
+            f"Init probe of {len(report['init_probe'])} series x depth groups (mean over "
+            "seeds); wandb group "
+            f"`{', '.join(report['wandb_groups'])}`.",
+            "",
+            probe_table(report["init_probe"]),
+            "",
+        ]
+        for name in report["plots"]:
+            out += [f"![{name}]({name})", "", f"*{caption(name)}*" if caption(name) else "", ""]
+        return "\n".join(out)
     out.append(
         f"{report['n_runs']} runs in {len(report['variants'])} variants; wandb group "
         f"`{', '.join(report['wandb_groups'])}`."
@@ -184,7 +218,9 @@ def compare(
         report["plots"].append(name)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
-    (out_dir / "report.html").write_text(page(report, table_cells(report), out_dir))
+    probed = report["init_probe"] and not trained(report)
+    cells = probe_cells(report["init_probe"]) if probed else table_cells(report)
+    (out_dir / "report.html").write_text(page(report, cells, out_dir))
     return report
 
 
