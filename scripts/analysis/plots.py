@@ -72,7 +72,9 @@ def seed_band(series: list[Series], log: bool = False) -> tuple[np.ndarray, ...]
     return (grid, np.exp(mean), np.exp(std), n) if log else (grid, mean, std, n)
 
 
-def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool, ls="-") -> int:
+def draw_variant(
+    ax, runs, metric: str, color, tau: float | None, log_y: bool, ls="-", lw=1.6
+) -> int:
     """Raw points faint, the (smoothed) seed mean with its ± std band, an x where a run
     diverged. Returns how many runs it drew."""
     raw = [r.metrics.get(metric, []) for r in runs]
@@ -87,7 +89,7 @@ def draw_variant(ax, runs, metric: str, color, tau: float | None, log_y: bool, l
     low, high = (mean / std, mean * std) if log_y else (mean - std, mean + std)
     ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0, zorder=2)
     marker = "o" if len(steps) <= 30 and not tau else None
-    ax.plot(steps, mean, color=color, lw=1.6, ls=ls, marker=marker, ms=3, zorder=3)
+    ax.plot(steps, mean, color=color, lw=lw, ls=ls, marker=marker, ms=3, zorder=3)
     for run, pts in zip(runs, curves, strict=True):
         if run.status == "diverged" and pts and "loss" in metric:  # where it stopped
             ax.plot(*pts[-1], "x", color=color, ms=8, mew=2, zorder=4)
@@ -185,9 +187,11 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
         tau = time_constant(variants, metric)
         for col, (depth, group) in enumerate(depths.items()):
             ax = axes[row][col]
-            for v in group:
+            for k, v in enumerate(group):
                 series, color, ls = styles.of(v)
-                if drawn := draw_variant(ax, v.runs, metric, color, tau, log_y, ls):
+                # Each later line is thinner: curves that coincide stay visible underneath.
+                lw = max(0.8, 2.8 - 0.4 * k)
+                if drawn := draw_variant(ax, v.runs, metric, color, tau, log_y, ls, lw):
                     counts.setdefault(series, set()).add(drawn)
                     diverged |= "loss" in metric and any(r.status == "diverged" for r in v.runs)
             if log_y:
