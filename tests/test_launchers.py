@@ -46,7 +46,11 @@ def multirun(launcher: str, sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
 
 
-@pytest.mark.parametrize("launcher", ["local", "local_submitit"])
+# local_submitit is slow (11 s): the joblib case is its fast version in CI; the slurm and
+# local_submitit configs compose in the fast test below.
+@pytest.mark.parametrize(
+    "launcher", ["local", pytest.param("local_submitit", marks=pytest.mark.slow)]
+)
 def test_two_job_multirun(launcher: str, tmp_path: Path) -> None:
     summaries = multirun(launcher, tmp_path / "sweep")
     assert not [p for p in (tmp_path / "sweep").rglob("*") if "%" in p.name]  # no literal %j

@@ -195,6 +195,8 @@ def test_ddp_jobs_of_a_multirun_stay_in_their_own_dirs(tmp_path, tiny_run):
         assert (tmp_path / job / "train_ddp_process_1.log").exists()  # rank 1 joined this job
 
 
+@pytest.mark.slow  # 21 s; fast versions: the job_type and group tests (tests/test_reuse.py) and
+# the rerun of a sweep in test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it
 def test_a_sweep_rerun_and_extended_by_a_seed_stays_one_wandb_group(tmp_path, tiny_run):
     """Run a 2-seed sweep with wandb, run it again, extend it to 3 seeds: the finished runs are
     skipped, every run is in the sweep's wandb group with one job type for all seeds (so the UI

@@ -115,6 +115,7 @@ def profile_job(overrides: list[str], clock_name: str) -> tuple[dict[str, float]
     """Run train.attempt on the composed config; seconds per category, and the summary."""
     import train
     import training.build
+    import training.loggers
 
     clock = CLOCKS[clock_name]
     prof = ExclusiveClock(clock)
@@ -144,10 +145,16 @@ def profile_job(overrides: list[str], clock_name: str) -> tuple[dict[str, float]
     cfg = compose_train_cfg(overrides)
     with (
         mock.patch.object(training.build, "build_trainer", profiled_trainer),
-        mock.patch.object(
-            train, "build", timed("setup: data, model, loggers, trainer", train.build)
+        mock.patch.object(  # train.py imports these when a run starts: patch their modules
+            training.build,
+            "build",
+            timed("setup: data, model, loggers, trainer", training.build.build),
         ),
-        mock.patch.object(train, "finish_wandb", timed("close: wandb finish", train.finish_wandb)),
+        mock.patch.object(
+            training.loggers,
+            "finish_wandb",
+            timed("close: wandb finish", training.loggers.finish_wandb),
+        ),
     ):
         start = clock()
         summary = train.run(cfg)
