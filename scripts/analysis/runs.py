@@ -4,8 +4,9 @@ A run dir holds any of summary.json (status and results), metrics.csv (Lightning
 one sparse row per logged step), .hydra/config.yaml (the composed config) and probe.json (the
 init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
 
-Shared definitions live here once: the statuses a run can end in (FINISHED), the one dict
-flattener, the one summary reader and the one log-log slope fit.
+Shared definitions live here once: the statuses a run can end in (FINISHED, defined with the
+record in training/summary.py), the one dict flattener, the one summary reader and the one
+log-log slope fit.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# A run that ran to its end: completed, or stopped by the divergence check. A failed run (config
-# error, crash) is neither: it says nothing about the variant.
-FINISHED = ("completed", "diverged")
+from training.summary import FINISHED  # noqa: F401 (the analysis modules import it from here)
+
+# A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
+# once with the record train.py writes; a failed run (config error, crash) says nothing about
+# the variant.
 UNFINISHED = "unfinished"
 
 # Fields every table row shows, in this order, and where a config keeps them.
