@@ -33,8 +33,9 @@ import hydra
 from omegaconf import DictConfig
 
 from training.errors import Interrupted, one_line_errors
-from training.launch import for_the_sweeper, job_outcome, launch_scope, preflight
+from training.launch import launch_scope, preflight
 from training.summary import result_line
+from training.sweep import for_the_sweeper, job_outcome
 
 if TYPE_CHECKING:
     from training.rundir import Attempt

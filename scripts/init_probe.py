@@ -26,8 +26,9 @@ if str(ROOT) not in sys.path:  # run as a file: make the project root importable
 from training.build import build_data, model_config, model_spec, set_threads  # noqa: E402
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
 from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
-from training.launch import job_outcome, preflight  # noqa: E402
+from training.launch import preflight  # noqa: E402
 from training.rundir import Attempt, run_in_dir  # noqa: E402
+from training.sweep import job_outcome  # noqa: E402
 
 
 def probe(cfg: DictConfig) -> dict:

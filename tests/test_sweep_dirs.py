@@ -11,7 +11,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, TINY_RUN
-from training.launch import SweepStatus, check_distinct_dirs, sweep_jobs
+from training.sweep import SweepStatus, check_distinct_dirs, sweep_jobs
 
 
 def sweep_config(tmp_path, task: list[str], params: dict | None = None, num: int = 0):
@@ -71,7 +71,7 @@ def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from scripts import reproduce
-    from training.launch import grid
+    from training.sweep import grid
 
     for path in sorted((Path(ROOT) / "conf" / "experiment").glob("*.yaml")):
         params = reproduce.compose(path.stem, []).hydra.sweeper.params
@@ -84,7 +84,7 @@ def test_a_grid_that_fails_one_check_everywhere_is_refused_once(tmp_path):
     from hydra import initialize_config_dir
 
     from tests.conftest import CONF
-    from training.launch import check_grid_once
+    from training.sweep import check_grid_once
 
     def cfg(task):
         node = sweep_config(tmp_path, task)

@@ -24,7 +24,6 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from data.cache import default_cache_dir
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
 from models.gpt import GPT, GPTConfig
@@ -34,7 +33,7 @@ from training.config import check_run_length, compile_mode, node_to, optim_confi
 from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
-from training.mfu import peak_flops
+from training.mfu import utilization
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.resume import (
@@ -43,9 +42,8 @@ from training.resume import (
     check_fits,
     default_every_n_steps,
     metrics_cut,
-    resume_state,
 )
-from training.rundir import CKPT_FIX, RERUN_FIX, Attempt, check_same_config
+from training.rundir import Attempt
 from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -330,7 +328,7 @@ class Run:
             "divergence_reason": reason,
             "interrupted_by": interrupted,
             "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
-            **utilization(task, str(trainer.precision)),
+            **utilization(task.model, task.unit, task.throughput, str(trainer.precision)),
             "derived": task.model.derived(),  # DeepNorm's alpha and beta, Admin's omegas
             "fused_rmsnorm": kernel_used(),
             **probe_summary(trainer.callbacks),  # loss_spikes
@@ -358,36 +356,6 @@ def header_line(cfg: DictConfig, model: nn.Module, task: TrainTask, summary: dic
     )
 
 
-def utilization(task: TrainTask, precision: str) -> dict:
-    """Training FLOPs per token (per image for the ViT), the device's peak and the MFU of the
-    run's throughput against it (training/mfu.py)."""
-    unit_flops = task.model.flops_per_unit()
-    device = next(task.model.parameters()).device
-    peak, source = peak_flops(device, precision, torch.get_num_threads(), default_cache_dir())
-    mfu = task.throughput * unit_flops / peak if task.throughput and peak else None
-    return {
-        f"flops_per_{task.unit[:-1]}": unit_flops,
-        "peak_flops": peak,
-        "peak_flops_source": source,
-        "mfu": mfu,
-    }
-
-
-def check_same_data(attempt: Attempt, identity: str | None) -> None:
-    """Record the data's identity with the run's settings; a checkpoint trained on other data
-    (a corpus or image folder edited since, another tokenizer file) is refused, not resumed."""
-    plan = attempt.plan
-    if plan.ckpt is not None:
-        old = resume_state(plan.ckpt).get("run_config")
-        own = plan.ckpt_path == attempt.run_dir / "last.ckpt"
-        where, fix = f"checkpoint {plan.ckpt_path}", RERUN_FIX if own else CKPT_FIX
-        if old is not None and "data.identity" in old:
-            check_same_config(
-                where, {"data.identity": old["data.identity"]}, {"data.identity": identity}, fix
-            )
-    attempt.settings["data.identity"] = identity
-
-
 def build(cfg: DictConfig, attempt: Attempt) -> Run:
     """Everything the fit needs, checked before the first step (bad input: ConfigError)."""
     run_dir, plan = attempt.run_dir, attempt.plan
@@ -397,7 +365,7 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         allow_tf32(str(cfg.trainer.get("accelerator", "auto")))
         spec = model_spec(cfg)
         dm = build_data(cfg, spec)
-        check_same_data(attempt, getattr(dm, "identity", None))
+        attempt.check_data(getattr(dm, "identity", None))
         model = build_model(cfg, spec, dm)
         optim = optim_config(cfg, warmup)
         task = spec.task(model, optim, total_steps=cfg.trainer.max_steps, seed=cfg.seed)

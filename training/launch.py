@@ -8,9 +8,8 @@
   overrides (no ``-m``) and Hydra's run dir is the job's dir, so each child joins that one job.
   After the job, the process group and the launcher's environment go, so the next job of the
   sweep launches its own processes.
-- ``SweepStatus``: a failed job does not stop a sweep (train.py records it and goes on); at
-  the end this Hydra callback counts what this launch's jobs did (completed, diverged, skipped,
-  refused, failed) and exits non-zero if any job failed, was refused or never ended.
+- The sweep as a whole (its grid, its checks, its status line, a search's objective):
+  training/sweep.py.
 - ``job_dir``: a sweep job's directory is named by its overrides (``model.n_layer=6,seed=0``),
   not its job number, so a sweep extended by a seed or a depth finds its finished runs;
   ``path_safe`` keeps every such name inside the sweep dir (every character but letters, digits
@@ -20,28 +19,20 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import io
-import itertools
-import json
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback as HydraCallback
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import OmegaConf, read_write
 
-from training.errors import SWEEP_GONE, in_multirun, launched_as_rank_zero
+from training.errors import SWEEP_GONE, in_multirun
 from training.settings import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -313,186 +304,3 @@ def end_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-# --- the end of a sweep ----------------------------------------------------------------------
-OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
-
-
-def check_grid_once(config: DictConfig) -> None:
-    """Put the grid's jobs through the checks a job makes before it trains (root keys and
-    values, the run length), until one passes; when every job fails the same check, refuse
-    the sweep once, before any job starts, instead of once per job."""
-    from hydra import compose
-
-    from training.config import check_run_length, check_top_level
-    from training.errors import ConfigError
-
-    messages = set()
-    for job in sweep_jobs(config):
-        try:
-            # run_dir stands in for Hydra's output dir, which no job has yet
-            cfg = compose(config.hydra.job.config_name, overrides=[*job, "run_dir=-"])
-            check_top_level(cfg)
-            with contextlib.redirect_stdout(io.StringIO()):  # the job prints its own warnings
-                check_run_length(cfg)
-        except ConfigError as err:
-            messages.add(str(err))
-        except Exception:  # noqa: BLE001 - what composing a job raises is the job's to report
-            return
-        else:
-            return
-    if len(messages) == 1:
-        raise SystemExit(f"error: every job of this sweep fails the same check: {messages.pop()}")
-
-
-def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:
-    """One record per job of this launch, numbered: two jobs never share one."""
-    return sweep_dir / OUTCOMES / f"{num:05d}-{Path(job_dir).name}.json"
-
-
-def grid(params: Any, overrides: Sequence[str]) -> list[list[str]]:
-    """Each job's overrides, in launch order, as Hydra's basic sweeper expands a sweep: the
-    sweeper's ``params`` first, then the command line's ``overrides``, which replace a param of
-    the same key; the cartesian product of every swept value. Hydra's public parser only."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    given = {}
-    for args in ([f"{k}={v}" for k, v in (params or {}).items()], list(overrides)):
-        for override in parser.parse_overrides(args):
-            given[override.get_key_element()] = override
-    axes = [
-        [f"{key}={v}" for v in o.sweep_string_iterator()]
-        if o.is_sweep_override()
-        else [f"{key}={o.get_value_element_as_str()}"]
-        for key, o in given.items()
-    ]
-    return [list(job) for job in itertools.product(*axes)]
-
-
-def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The jobs of the sweep this launch runs (see ``grid``)."""
-    return grid(config.hydra.sweeper.get("params"), config.hydra.overrides.task)
-
-
-def check_distinct_dirs(config: DictConfig) -> None:
-    """Two jobs of one grid that differ only in keys the dir name leaves out (threads,
-    loggers, ...) would share one run dir: the second would be refused or skipped."""
-    try:
-        jobs = sweep_jobs(config)
-    except Exception:  # noqa: BLE001 - a grid only Hydra's own sweeper can expand: its job
-        return
-    seen: dict[str, list[str]] = {}
-    for job in jobs:
-        name = job_dir(job)
-        if name in seen and seen[name] != job:
-            differ = sorted(set(job) ^ set(seen[name]))
-            raise SystemExit(
-                f"error: jobs {', '.join(differ)} of this sweep share the run dir {name} "
-                "(the dir name leaves out operational keys); sweep those keys in separate sweep "
-                "dirs (hydra.sweep.dir=...)"
-            )
-        seen[name] = job
-
-
-class SweepStatus(HydraCallback):
-    """Each job of this launch records what it did (ran to completed / diverged / failed, or was
-    skipped as finished, or refused); at the end one status line counts them, one line names
-    each job that failed, was refused or never ended, and the exit code is 1 if any did."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not searching(config):  # a search's trials are drawn as it goes: no grid to check
-            check_distinct_dirs(config)
-            check_grid_once(config)
-        shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
-        os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._write(config, {"outcome": "unfinished"})  # replaced when the job ends
-
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        try:
-            value = getattr(job_return.return_value, "record", job_return.return_value)
-        except Exception as err:  # the job raised past train.py's own handling
-            value = {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
-        self._write(config, value if isinstance(value, dict) else {"outcome": "failed"})
-
-    def _write(self, config: DictConfig, record: dict) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
-            return
-        where = config.hydra.runtime.output_dir
-        path = outcome_path(Path(config.hydra.sweep.dir), where, config.hydra.job.num)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record))
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if not (sweep_dir / OUTCOMES).is_dir() or not launched_as_rank_zero():
-            return
-        records = {}
-        for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
-            job = path.stem.split("-", 1)[-1]  # the job's dir name (after its number)
-            try:
-                records[path.stem] = {"job": job, **json.loads(path.read_text())}
-            except (OSError, ValueError):
-                records[path.stem] = {"job": job, "outcome": "unfinished"}
-        counts = Counter(r.get("outcome", "failed") for r in records.values())
-        text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
-        print(f"sweep {sweep_dir}: {text}", flush=True)
-        bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
-        for record in bad:
-            why = record.get("error", "no outcome: killed, or still running")
-            print(f"  {record.get('outcome')}: {record['job']}: {why}", flush=True)
-        if bad:
-            raise SystemExit(1)
-
-
-# Outcomes that mean the sweep did not do the work asked of it.
-BAD_OUTCOMES = ("failed", "refused", "unfinished", "interrupted")
-
-
-def job_outcome(summary: dict, skipped: bool) -> dict:
-    """What train.py returns to Hydra for a job: its outcome and status (see SweepStatus)."""
-    status = summary.get("status")
-    outcome = "skipped" if skipped else status
-    record = {"outcome": outcome, "status": status, "error": summary.get("error")}
-    return {**record, "final_val_loss": summary.get("final_val_loss")}
-
-
-def searching(config: Any = None) -> bool:
-    """Whether the sweep is a search (Optuna's sweeper, ...): its trials want a number back."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if config is None:
-        if not HydraConfig.initialized():
-            return False
-        config = HydraConfig.get()
-    else:
-        config = config.hydra
-    target = str(config.sweeper.get("_target_", ""))
-    return bool(target) and not target.endswith("BasicSweeper")
-
-
-class Objective(float):
-    """A trial's final val loss (NaN when it did not complete: the search marks it failed),
-    carrying the job's outcome record for SweepStatus."""
-
-    record: dict
-
-
-def for_the_sweeper(task: Callable[[Any], dict | None]) -> Callable[[Any], Any]:
-    """A search gets each job's final val loss as the number it minimizes; other sweeps and
-    single runs get the outcome record."""
-
-    @functools.wraps(task)
-    def wrapper(cfg: Any) -> Any:
-        record = task(cfg) or {"outcome": "failed"}
-        if not searching():
-            return record
-        loss = record.get("final_val_loss") if record.get("status") == "completed" else None
-        value = Objective(float("nan") if loss is None else loss)
-        value.record = record
-        return value
-
-    return wrapper

@@ -107,3 +107,20 @@ def peak_flops(device: torch.device, precision: str, threads: int, cache_dir: Pa
     return cpu_peak(
         threads, precision, cache_dir
     ), f"measured {CPU_GEMM}^3 matmul, {threads} threads"
+
+
+def utilization(model: torch.nn.Module, unit: str, throughput: float | None, precision: str):
+    """Training FLOPs per token (``unit`` tokens) or per image (samples), the device's peak and
+    the MFU of ``throughput`` (units/s) against it; the peak of a CPU is cached in the data
+    cache's directory."""
+    from data.cache import default_cache_dir
+
+    unit_flops = model.flops_per_unit()
+    device = next(model.parameters()).device
+    peak, source = peak_flops(device, precision, torch.get_num_threads(), default_cache_dir())
+    return {
+        f"flops_per_{unit[:-1]}": unit_flops,
+        "peak_flops": peak,
+        "peak_flops_source": source,
+        "mfu": throughput * unit_flops / peak if throughput and peak else None,
+    }

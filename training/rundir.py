@@ -243,6 +243,21 @@ class Attempt:
     def finished(self) -> dict | None:
         return self.plan.finished
 
+    def check_data(self, identity: str | None) -> None:
+        """Record the data's identity with the run's settings; a checkpoint trained on other
+        data (a corpus or image folder edited since, another tokenizer file) is refused."""
+        plan = self.plan
+        old = resume_state(plan.ckpt).get("run_config") if plan.ckpt is not None else None
+        if old is not None and "data.identity" in old:
+            own = plan.ckpt_path == self.run_dir / CHECKPOINT
+            check_same_config(
+                f"checkpoint {plan.ckpt_path}",
+                {"data.identity": old["data.identity"]},
+                {"data.identity": identity},
+                RERUN_FIX if own else CKPT_FIX,
+            )
+        self.settings["data.identity"] = identity
+
     def close(self, error: BaseException | None = None) -> None:
         """Record the outcome in summary.json (rank zero) and release the dir."""
         try:
