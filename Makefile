@@ -23,7 +23,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow" $(ARGS)
+	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow" --durations=15 $(ARGS)
 
 test-all: lint
 	WANDB_MODE=offline $(PY) -m pytest -q $(ARGS)

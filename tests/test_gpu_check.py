@@ -18,6 +18,7 @@ from data.text import TextDataConfig
 from tests.conftest import ROOT, TINY_RUN
 
 
+@pytest.mark.slow  # 37 s: CI runs it with the other slow checks, after the fast suite
 def test_the_dry_run_runs_every_step_and_writes_every_file(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work")}
     out = tmp_path / "out"
