@@ -75,12 +75,18 @@ def check_config(cfg: TextDataConfig) -> None:
             raise ValueError("data.streaming=true needs data.max_tokens=<tokens to keep>")
 
 
-def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
-    """The loss (nats/token) of predicting every token by the train split's token frequencies:
-    the plateau a language model leaves when it starts to use context."""
+def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """How often each id occurs in ``tokens``, read in chunks (a memory-mapped split)."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     for i in range(0, len(tokens), 2**24):
         counts += np.bincount(tokens[i : i + 2**24], minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
+    """The loss (nats/token) of predicting every token by the train split's token frequencies:
+    the plateau a language model leaves when it starts to use context."""
+    counts = token_counts(tokens, vocab_size)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 
@@ -136,10 +142,7 @@ class TextDataModule(StepDataModule):
         to: it is flagged (``lossy_tokenizer``) and measured against the real bytes."""
         table = tokenizer.token_bytes()
         text_bytes = entry.meta.get("splits", {}).get("val", {}).get("bytes")
-        decoded = sum(
-            int(np.bincount(val[i : i + 2**24], minlength=len(table)) @ table)
-            for i in range(0, len(val), 2**24)
-        )
+        decoded = int(token_counts(val, len(table)) @ table)
         self.lossy_tokenizer = bool(text_bytes) and decoded != text_bytes
         if not self.lossy_tokenizer:
             return table
