@@ -29,7 +29,13 @@ from data.vision import ImageDataConfig, ImageDataModule
 from models.gpt import GPT, GPTConfig
 from models.kernels import kernel_used
 from models.vit import ViT, ViTConfig
-from training.config import check_run_length, compile_mode, node_to, optim_config
+from training.config import (
+    check_run_length,
+    compile_mode,
+    gpu_accelerator,
+    node_to,
+    optim_config,
+)
 from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
@@ -278,7 +284,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list
 
 def allow_tf32(accelerator: str) -> None:
     """TF32 for the fp32 matmuls and convolutions left outside autocast, on GPUs only."""
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+    if gpu_accelerator(accelerator):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

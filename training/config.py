@@ -210,6 +210,7 @@ def check_trainer_values(cfg: DictConfig) -> None:
 
 
 def gpu_accelerator(accelerator: str) -> bool:
+    """Whether Lightning's ``accelerator`` puts the run on a GPU (auto: when torch sees one)."""
     if accelerator in ("gpu", "cuda"):
         return True
     import torch
