@@ -214,7 +214,8 @@ def verdict_markdown(record: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for c in record["claims"]:
-        cells = [c["id"], f"{c['statement']} ({c['source']})", fmt(c["measured"]) or c["note"]]
+        said = "; ".join(x for x in (fmt(c["measured"]), c["note"]) if x)
+        cells = [c["id"], f"{c['statement']} ({c['source']})", said]
         cells += [c["threshold"] or "–", f"**{c['status']}**"]
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     if record["kind"] != "init_probe":
@@ -228,12 +229,21 @@ def verdict_markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verdict_stem(finding: str) -> str:
+    """verdict for the first finding of an experiment; verdict_<finding> for another finding
+    that reads the same sweep (F13 reads F6's), so neither overwrites the other."""
+    experiment = FINDINGS[finding].experiment
+    first = next(k for k, f in FINDINGS.items() if f.experiment == experiment)
+    return "verdict" if finding == first else f"verdict_{finding}"
+
+
 def write_verdicts(out: Path, record: dict) -> None:
-    (out / "verdict.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    (out / "verdict.md").write_text(verdict_markdown(record))
+    stem = verdict_stem(record["finding"])
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (out / f"{stem}.md").write_text(verdict_markdown(record))
 
 
-def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...]) -> None:
+def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem: str) -> None:
     """verdict.md, report/report.md and the key plots into ``dest`` (e.g. docs/findings/f3),
     the sweep dir written as multirun/reproduce/<experiment> and other plots left out."""
     (dest / "report").mkdir(parents=True, exist_ok=True)
@@ -245,16 +255,16 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...]) -> N
     keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
     canonical = f"multirun/reproduce/{experiment}"
     (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
-    verdict = (out / "verdict.md").read_text().replace(str(out), canonical)
+    verdict = (out / f"{stem}.md").read_text().replace(str(out), canonical)
     (dest / "verdict.md").write_text(verdict)
     console.print(f"published to {dest}: verdict.md, report/report.md, {', '.join(shown)}")
 
 
 def show(verdicts: list[Verdict]) -> None:
     table = Table("claim", "statement", "measured", "threshold", "verdict")
-    colors = {"PASS": "green", "FAIL": "red", "NO DATA": "yellow"}
+    colors = {"PASS": "green", "FAIL": "red", "NOT TESTABLE": "blue", "NO DATA": "yellow"}
     for v in verdicts:
-        measured = fmt(v.measured) or v.note
+        measured = "; ".join(x for x in (fmt(v.measured), v.note) if x)
         table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
     console.print(table)
 
@@ -313,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     timing = None  # the sweep's own time, kept when a finished sweep is only re-evaluated
     if all_finished(out, dirs):
         console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
-        previous = out / "verdict.json"
-        timing = json.loads(previous.read_text()) if previous.is_file() else None
+        previous = [out / f"{verdict_stem(name)}.json", out / "verdict.json"]
+        found = [p for p in previous if p.is_file()]
+        timing = json.loads(found[0].read_text()) if found else None
         code = 0
     else:
         code = run_sweep(experiment, jobs, dirs, out, args.overrides, finding.kind)
@@ -333,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in finding.draws:
         draw(out)
-    settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps}
+    settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps, "lr": cfg.optim.lr}
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]
     record = {
@@ -361,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     write_verdicts(out, record)
     show(verdicts)
     if args.publish:
-        publish(out, args.publish, experiment, finding.plots)
-    console.print(f"verdicts: {out / 'verdict.md'}; report: {out / 'report' / 'report.md'}")
+        publish(out, args.publish, experiment, finding.plots, verdict_stem(name))
+    where = out / f"{verdict_stem(name)}.md"
+    console.print(f"verdicts: {where}; report: {out / 'report' / 'report.md'}")
     return exit_status(runs, code, out)
 
 

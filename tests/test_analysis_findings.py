@@ -148,14 +148,18 @@ def write_run(path: Path, l0: float, logits: list[float]) -> str:
     return str(path)
 
 
-def f6_row(tmp: Path, lr: float, qk: bool, finals: list[float | None], peak: float) -> dict:
-    """One variant; final None = a diverged run; each run's logits rise to ``peak``."""
+def f6_row(
+    tmp: Path, lr: float, qk: bool, finals: list[float | None], peak: float, z: float | None = None
+) -> dict:
+    """One variant; final None = a diverged run; each run's logits rise to ``peak``; ``z``: the
+    z-loss arm, in sweeps that cross it."""
     runs = []
     for seed, final in enumerate(finals):
-        run_dir = write_run(tmp / f"{lr}-{qk}-{seed}", 4.6, [peak / 4, peak, peak / 2])
+        run_dir = write_run(tmp / f"{lr}-{qk}-{z}-{seed}", 4.6, [peak / 4, peak, peak / 2])
         status = "diverged" if final is None else "completed"
         runs.append({"run_dir": run_dir, "seed": seed, "status": status, "final_val_loss": final})
-    return {"label": f"lr={lr} qk={qk}", "params": {"lr": lr, "model.qk_norm": qk}, "runs": runs}
+    params = {"lr": lr, "model.qk_norm": qk} | ({} if z is None else {"optim.z_loss": z})
+    return {"label": f"lr={lr} qk={qk} z={z}", "params": params, "runs": runs}
 
 
 def f6_report(tmp: Path, arms: dict[bool, dict[float, tuple[list, float]]]) -> dict:
@@ -205,3 +209,32 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
         for run in variant_row["runs"]:
             (Path(run["run_dir"]) / "metrics.csv").unlink()
     assert {x.status for x in evaluate("f6", good)} == {"NO DATA"}
+
+
+def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
+    lrs = (1e-3, 1e-2, 1e-1, 1.0)
+    curves = {  # (qk, z) -> final loss per lr, both seeds alike; None: diverged (counts at 4.6)
+        (False, 0.0): (3.0, 2.5, 3.2, None),
+        (True, 0.0): (3.0, 2.48, 2.6, 3.0),
+        (False, 1e-4): (3.0, 2.5, 3.2, None),  # z-loss alone changes nothing here
+        (True, 1e-4): (2.55, 2.45, 2.5, 2.54),
+    }
+    report = {
+        "variants": [
+            f6_row(tmp_path, lr, qk, [x, x], 8.0, z)
+            for (qk, z), xs in curves.items()
+            for lr, x in zip(lrs, xs, strict=True)
+        ]
+    }
+    v = by_id(evaluate("f13", report))
+    assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "FAIL", "PASS"]
+    # Wortsman's sensitivity: mean over lrs of loss - best; the diverged lr at l0 = 4.6.
+    assert v["F13a"].measured["none"]["sensitivity"] == pytest.approx((0.5 + 0 + 0.7 + 2.1) / 4)
+    assert v["F13a"].measured["with"]["sensitivity"] == pytest.approx((0.52 + 0 + 0.12 + 0.52) / 4)
+    assert v["F13a"].measured["best_gap"] == pytest.approx(-0.02)
+    assert v["F13b"].measured["gap"] == 0.0
+    # Both: every lr within 0.1 of 2.45, a 1000x span; without: only the best lr (1x).
+    assert v["F13c"].measured["span"] == "1000x" and v["F13c"].measured["none_span"] == "1x"
+    # F6 reads the arms without z-loss of the same sweep.
+    f6 = by_id(evaluate("f6", report))
+    assert f6["F6d"].status == "PASS" and f6["F6d"].measured["no_qk"] == pytest.approx(0.825)

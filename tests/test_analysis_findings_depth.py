@@ -3,12 +3,14 @@ numbers: F2, F3/F4, the ViT study, the early model update, the placement study."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from models.placement import PLACEMENTS
 from scripts.analysis.findings import NoData, Verdict, evaluate
+from scripts.analysis.findings.common import variant
 from scripts.analysis.findings.depth import post_update_jumps
 from tests.reports import by_id, depth_report, row
 
@@ -100,6 +102,58 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
         post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
 
 
+def league_report(tmp: Path, curves: dict[str, dict[float, list]], unigram: float) -> dict:
+    """The league's shape: one depth (12), placements x lrs; every run's summary.json records
+    the data's unigram loss."""
+    rows = []
+    for placement, by_lr in curves.items():
+        for lr, losses in by_lr.items():
+            r = row(losses, placement=placement, n_layer=12, lr=lr)
+            for run in r["runs"]:
+                path = tmp / f"{placement}-{lr}-{run['seed']}"
+                path.mkdir(parents=True)
+                (path / "summary.json").write_text(json.dumps({"unigram_loss": unigram}))
+                run["run_dir"] = str(path)
+            rows.append(r)
+    return {"variants": rows}
+
+
+def test_league_ranks_each_placement_at_its_best_lr(tmp_path: Path) -> None:
+    trains = {3e-4: [2.9, 2.9], 1e-3: [2.6, 2.62], 3e-3: [2.7, 2.7], 1e-2: [None, 3.0]}
+    curves = {p: trains for p in PLACEMENTS} | {
+        "post": {3e-4: [3.1, 3.1], 1e-3: [3.25, 3.26], 3e-3: [3.26, 3.26], 1e-2: [None, None]},
+        "ngpt": {3e-4: [3.2, 3.2], 1e-3: [3.0, 3.0], 3e-3: [2.8, 2.8], 1e-2: [2.5, 2.52]},
+        "admin": {3e-4: [3.0, 3.0], 1e-3: [3.05, 3.0], 3e-3: [3.1, 3.1], 1e-2: [3.2, 3.2]},
+    }
+    v = by_id(evaluate("placements", league_report(tmp_path, curves, unigram=3.26)))
+    assert {k: x.status for k, x in v.items()} == {
+        **dict.fromkeys(("P1", "P2", "P3", "P4", "P6", "P7"), "PASS"),
+        "P5": "FAIL",  # Admin's best (3.0 at 3e-4) is 0.26 below the unigram loss: < 0.3
+    }
+    # Post-LN at its best lr (3e-4: 3.1), Pre-LN and DeepNorm at theirs (1e-3: 2.61).
+    assert v["P1"].measured["post"] == pytest.approx(3.1)
+    assert v["P1"].measured["gap"] == pytest.approx(3.1 - 2.61)
+    assert v["P1"].measured["best_lr"] == {"post-12": 3e-4, "pre-12": 1e-3, "deepnorm-12": 1e-3}
+    assert "post-12 (0.0003)" in v["P1"].note  # Post-LN's best is the smallest lr swept
+    assert v["P7"].measured["loss"] == pytest.approx(2.51)  # nGPT at 1e-2, an edge too
+    assert v["P7"].measured["below"] == pytest.approx(3.26 - 2.51)
+    assert "ngpt-12 (0.01)" in v["P7"].note
+    assert v["P2"].note == ""  # Pre-LN's best lies inside the grid
+
+
+def test_a_fixed_rate_claim_pins_its_lr() -> None:
+    report = {
+        "variants": [
+            row([2.5, 2.5], placement="pre", lr=1e-3),
+            row([2.4, 2.4], placement="pre", lr=3e-3),
+            row([None, 2.3], placement="pre", lr=1e-2),  # a diverged seed: +inf, never best
+        ]
+    }
+    assert variant(report, placement="pre")["params"]["lr"] == 3e-3
+    assert report["chosen_lrs"]["pre"]["edge"] is False
+    assert variant(report, placement="pre", lr=1e-3)["params"]["lr"] == 1e-3
+
+
 def test_placement_claims_pass_and_fail() -> None:
     shallow = {(p, 4): [2.75, 2.75] for p in PLACEMENTS}
     good = depth_report(
@@ -114,7 +168,7 @@ def test_placement_claims_pass_and_fail() -> None:
     )
     v = by_id(evaluate("placements", good))
     claims = ("P1", "P2", "P3", "P4", "P5")
-    assert {k: x.status for k, x in v.items()} == dict.fromkeys(claims, "PASS")
+    assert {k: v[k].status for k in claims} == dict.fromkeys(claims, "PASS")
     assert v["P2"].measured["gap"] == pytest.approx(0.15)
     assert v["P1"].measured["gap"] == pytest.approx(3.255 - 2.72)
 
@@ -131,5 +185,5 @@ def test_placement_claims_pass_and_fail() -> None:
     v = by_id(evaluate("placements", bad))
     assert [v[c].status for c in claims] == ["FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
     assert v["P4"].measured["deepest"] == "inf (diverged)"
-    one_depth = depth_report(shallow)
+    one_depth = depth_report(shallow)  # one depth and no summary.json: no unigram loss
     assert by_id(evaluate("placements", one_depth))["P2"].status == "NO DATA"

@@ -102,19 +102,23 @@ def test_f10_pass_fail_and_no_data(tmp_path: Path) -> None:
     good = f10_report(
         tmp_path / "a",
         {
-            False: {1e-3: (2.0, [2.6, 2.6]), 1e-2: (0.8, [2.5, 2.5]), 1e-1: (0.1, [2.9, None])},
+            False: {1e-3: (2.0, [2.6, 2.6]), 1e-2: (0.8, [2.5, 2.5]), 1e-1: (0.05, [2.9, None])},
             True: {1e-3: (2.1, [2.6, 2.6]), 1e-2: (1.9, [2.4, 2.4]), 1e-1: (1.5, [2.6, 2.6])},
         },
     )
     v = by_id(evaluate("f10", good))
     assert [v[c].status for c in ("F10a", "F10b", "F10c")] == ["PASS"] * 3
-    assert v["F10a"].measured["top_lr"] == 0.1 and v["F10a"].measured["lowest_lr"] == 2.0
-    assert v["F10c"].measured["collapsed_lrs"] == ["0.01", "0.1"]  # 0.8 and 0.1 <= 0.5 x 2.0
-    assert v["F10c"].measured["gap"] == "inf (diverged)"  # a diverged seed scores +inf
-    same = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.5, [2.6, 2.6])}
+    assert v["F10a"].measured["top_lr"] == 0.05 and v["F10a"].measured["lowest_lr"] == 2.0
+    assert v["F10b"].measured["lowest"] == 1.5
+    assert v["F10c"].measured["collapsed_lrs"] == ["0.1"]  # 0.8 nats is low, not collapsed
+    assert v["F10c"].measured["gap"] == {"0.1": "inf (diverged)"}  # a diverged seed: +inf
+    assert v["F10c"].measured["diverged_runs"] == 1
+    # QK-norm collapses as well (0.08 < 0.1 nats) and changes no loss.
+    same = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.08, [2.6, 2.6])}
     bad = by_id(evaluate("f10", f10_report(tmp_path / "b", {False: same, True: same})))
     assert [bad[c].status for c in ("F10a", "F10b", "F10c")] == ["PASS", "FAIL", "FAIL"]
-    flat = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (1.8, [2.6, 2.6])}
+    # Halving is no collapse: 0.5 nats stays above the floor.
+    flat = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.5, [2.6, 2.6])}
     none = by_id(evaluate("f10", f10_report(tmp_path / "c", {False: flat, True: flat})))
     assert none["F10a"].status == "FAIL" and none["F10c"].status == "NO DATA"
 
@@ -139,8 +143,9 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     )
     v = by_id(evaluate("f12", good))
     assert [v[c].status for c in ("F12a", "F12b", "F12c")] == ["PASS"] * 3
-    assert v["F12a"].measured == {"default_lr": 3.0, "top_lr": 12.0}
-    assert v["F12c"].measured["gap"] == pytest.approx(0.01)
+    # log Z starts at 4.5 in every run: it moves 7.5 at lr 5e-3 and 16.5 at 1e-1 (>= 2 x 7.5)
+    assert v["F12a"].measured == {"drift_lowest_lr": 7.5, "drift_top_lr": 16.5}
+    assert v["F12c"].measured["gap"] == pytest.approx(0.01)  # each arm at its best lr (5e-3)
     bad = f12_report(
         tmp_path / "b",
         {
@@ -149,6 +154,19 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
         },
     )
     assert {x.status for x in evaluate("f12", bad)} == {"FAIL"}
+    # log Z moves 0.4 nat at the top lr: nothing drifts, so the claim is not testable here.
+    still = f12_report(
+        tmp_path / "c",
+        {
+            0.0: {5e-3: (4.3, [2.40, 2.42]), 1e-1: (4.9, [2.5, 2.5])},
+            1e-4: {5e-3: (0.5, [2.41, 2.43]), 1e-1: (1.0, [2.5, 2.5])},
+        },
+    )
+    v = by_id(evaluate("f12", still, {"max_steps": 1000}))
+    assert v["F12a"].status == "NOT TESTABLE"
+    assert v["F12a"].note.startswith("NOT TESTABLE AT THIS SIZE: log Z moved 0.40 nats")
+    assert "0.40 nats per 1k steps" in v["F12a"].note
+    assert v["F12b"].status == "PASS"  # z-loss still pulls |log Z| from 4.9 to 1.0
 
 
 # --- the report: heat maps and probe scalars ------------------------------------------------------

@@ -94,7 +94,8 @@ def test_f6_sweeps_learning_rates_and_qk_norm(size: str) -> None:
     assert sorted(x.lower() for x in values["model.qk_norm"]) == ["false", "true"]
     assert len(values["seed"]) >= 2
     assert "max_logit" in cfg.probes.enabled and cfg.placement.name == "pre"
-    assert len(jobs) == len(lrs) * 2 * len(values["seed"])
+    assert [float(x) for x in values["optim.z_loss"]] == [0.0, 1e-4]  # F13's arms
+    assert len(jobs) == len(lrs) * 2 * 2 * len(values["seed"])
     assert cfg.trainer.accelerator == ("gpu" if size else "cpu")
 
 
@@ -120,8 +121,20 @@ def test_f7_sweeps_norms_and_batch_sizes_at_equal_epochs(size: str) -> None:
 def test_placement_study_covers_every_placement(size: str) -> None:
     cfg, _, values = swept(f"placements_depth{size}")
     assert sorted(values["placement"]) == sorted(PLACEMENTS)
-    assert len(values["model.n_layer"]) >= 2 and len(values["seed"]) >= 2
-    assert cfg.optim.warmup_steps == 0
+    assert len(values["seed"]) >= 2 and cfg.optim.warmup_steps == cfg.trainer.max_steps // 4
+    assert cfg.model.n_layer >= 12 or min(int(x) for x in values["model.n_layer"]) >= 6
+
+
+@pytest.mark.parametrize(
+    "experiment", ["placements_depth", "f3_depth", "f5_norms", "f11_admin", "vit_depth"]
+)
+@pytest.mark.parametrize("size", ["", "_gpu"])
+def test_rankings_sweep_four_log_spaced_learning_rates(experiment: str, size: str) -> None:
+    _, jobs, values = swept(experiment + size)
+    lrs = sorted(float(x) for x in values["optim.lr"])
+    ratios = {round(b / a, 6) for a, b in zip(lrs, lrs[1:], strict=False)}
+    assert len(lrs) >= 4 and len(ratios) <= 2 and min(ratios) >= 3  # ~3.16x steps
+    assert len(values["seed"]) >= 2
 
 
 def test_cpu_sizes_fit_two_cores() -> None:

@@ -4,7 +4,16 @@ rows of a sweep's report.json (scripts/analysis/report.py writes it).
 A claim states what a paper reports, measures it in the report (the variants: mean over seeds of
 each run's best val loss; or the init-probe groups), compares it with a threshold and says PASS
 or FAIL, or NO DATA when the variants it needs are missing or have fewer than MIN_SEEDS finished
-runs. Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
+runs, or NOT TESTABLE when the measured runs show that this size cannot produce what the claim is
+about (the measured reason is in the verdict).
+
+Each variant at its own best learning rate (Wortsman et al. 2023): in a sweep with ``optim.lr``
+in its grid, ``variant(report, placement="post")`` (no ``lr`` given) is the post row at the lr
+whose mean best val loss is lowest, and the verdict records that lr (``best_lr``) and says so
+when it is the smallest or largest swept (the variant's best may lie outside the grid). A claim
+about one fixed rate passes ``lr=`` itself.
+
+Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
 run (a config error, a crash, a refused resume) says nothing about its variant and is left out,
 never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
 trained, and a variant with one such seed is as bad as its worst seed.
@@ -28,7 +37,8 @@ from scripts.analysis.runs import FINISHED
 
 MIN_SEEDS = 2
 WORSE, CLOSE = 0.10, 0.05
-STATUSES = ("PASS", "FAIL", "NO DATA")
+STATUSES = ("PASS", "FAIL", "NOT TESTABLE", "NO DATA")
+UNTESTABLE = "NOT TESTABLE AT THIS SIZE"
 
 
 @dataclass
@@ -49,6 +59,14 @@ class NoData(Exception):
     """The report lacks what a claim needs; the message says what."""
 
 
+def untestable(verdict: Verdict, reason: str, **measured: Any) -> Verdict:
+    """NOT TESTABLE: the runs show this size cannot produce what the claim is about; ``reason``
+    says what was measured and what size would test it."""
+    verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
+    verdict.status, verdict.note = "NOT TESTABLE", f"{UNTESTABLE}: {reason}"
+    return verdict
+
+
 # --- reading the report --------------------------------------------------------------------------
 def close(a: Any, b: Any) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -57,16 +75,58 @@ def close(a: Any, b: Any) -> bool:
 
 
 def variant(report: dict, **params: Any) -> dict:
-    """The one variant row whose params match ``params``."""
+    """The one variant row whose params match ``params``; in a learning-rate sweep without
+    ``lr`` in ``params``, the matching row at its best lr (at_best_lr)."""
     rows = [
         r
         for r in report.get("variants", [])
         if all(close(r["params"].get(k), v) for k, v in params.items())
     ]
+    lrs = [r["params"].get("lr") for r in rows]
+    if len(rows) > 1 and "lr" not in params and len(set(lrs)) == len(rows):
+        return at_best_lr(report, rows, params)
     if len(rows) != 1:
         what = " ".join(f"{k}={v}" for k, v in params.items())
         raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
     return rows[0]
+
+
+def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
+    """The row (one per lr) with the lowest mean best val loss over its finished seeds, a
+    diverged seed counting as +inf; noted in report["chosen_lrs"] for the verdict."""
+    scored = []
+    for row in rows:
+        found = scores(row)
+        if len(found) >= MIN_SEEDS:
+            scored.append((math.inf if math.inf in found else statistics.fmean(found), row))
+    if not scored:
+        raise too_few(rows[0], 0, "learning rates with enough finished runs")
+    best = min(scored, key=lambda x: (x[0], x[1]["params"]["lr"]))[1]
+    lrs = sorted(r["params"]["lr"] for r in rows)
+    chosen = {
+        "variant": "-".join(str(v) for v in params.values()) or "all",
+        "best_lr": best["params"]["lr"],
+        "lrs": lrs,
+        "edge": best["params"]["lr"] in (lrs[0], lrs[-1]),
+    }
+    report.setdefault("chosen_lrs", {})[chosen["variant"]] = chosen
+    return best
+
+
+def note_lrs(verdict: Verdict, chosen: dict[str, dict]) -> Verdict:
+    """Record in the verdict the best lr each variant it compared was taken at, and say which
+    sit at an edge of the grid."""
+    if not chosen:
+        return verdict
+    verdict.measured["best_lr"] = {k: c["best_lr"] for k, c in chosen.items()}
+    edges = [f"{k} ({c['best_lr']:g})" for k, c in chosen.items() if c["edge"]]
+    if edges:
+        grid = next(iter(chosen.values()))["lrs"]
+        verdict.note = (
+            f"best lr at an edge of the grid {min(grid):g}..{max(grid):g} for "
+            f"{', '.join(edges)}: its best may lie outside"
+        )
+    return verdict
 
 
 def finished(row: dict) -> list[dict]:

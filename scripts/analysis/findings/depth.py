@@ -4,7 +4,9 @@ which train deep, and how large the early model update is.
 Thresholds (losses in nats; see common.py for WORSE and CLOSE):
     FAILS = 0.20   "fails to train": a gap no seed noise reaches (a stuck Post-LN sits ~0.6 above)
     DEEP_OK = 0.30 "trains at depth": deepest within this of the same placement's shallowest
-                   (short runs of deep stacks lag a little without failing)
+                   (short runs of deep stacks lag a little without failing); in a sweep of one
+                   depth, ends at least this far below the unigram loss (the plateau a stalled
+                   stack sits on: within 0.02 of it in F3, 3.25-3.27 vs 3.26)
     F4_TOL = 0.02  "ends slightly better": Post-LN's mean at most this above Pre-LN's
     UPDATE_RATIO = 2.0  Post-LN's model update over the first 5% of steps at least this multiple
                    of DeepNorm's (seeds differ by ~15%; DeepNet reports orders of magnitude)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 from scripts.analysis.findings.common import (
     CLOSE,
@@ -29,7 +32,7 @@ from scripts.analysis.findings.common import (
     values,
     variant,
 )
-from scripts.analysis.runs import run_series
+from scripts.analysis.runs import read_summary, run_series
 
 FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.20, 0.30, 0.02, 2.0
 EARLY_FRACTION = 0.05  # "early": the first 5% of training
@@ -116,27 +119,56 @@ def early_update(row: dict, max_steps: int) -> float:
 
 
 def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
+    """At one fixed rate (the experiment's optim.lr), as DeepNet compares the updates."""
     depth = max(values(report, "n_layer"), default=None)
     max_steps = settings.get("max_steps")
     if depth is None or not max_steps:
         raise NoData("no depths or max_steps")
-    post = early_update(variant(report, placement="post", n_layer=depth), max_steps)
-    deep = early_update(variant(report, placement="deepnorm", n_layer=depth), max_steps)
+    at = {"lr": settings["lr"]} if len(values(report, "lr")) > 1 and "lr" in settings else {}
+    post = early_update(variant(report, placement="post", n_layer=depth, **at), max_steps)
+    deep = early_update(variant(report, placement="deepnorm", n_layer=depth, **at), max_steps)
     v.threshold = (
         f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps)"
     )
     ratio = post / deep if deep > 0 else math.inf
-    return decide(v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio)
+    return decide(
+        v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio, **at
+    )
 
 
 # --- Placements at depth -------------------------------------------------------------------------
+def unigram_loss(row: dict) -> float:
+    """The unigram loss of the row's data (each text run records it in summary.json)."""
+    found = [
+        x
+        for r in row["runs"]
+        if isinstance(x := (read_summary(Path(r["run_dir"])) or {}).get("unigram_loss"), float)
+    ]
+    if not found:
+        raise NoData(f"{row['label']}: no run recorded its data's unigram_loss")
+    return statistics.fmean(found)
+
+
 def trains_deep(placement: str) -> Check:
-    """Claim check: ``placement`` trains at the deepest depth (F3's DEEP_OK rule)."""
+    """Claim check: ``placement`` trains at the deepest depth (F3's DEEP_OK rule; with one
+    depth: ends DEEP_OK below the unigram loss)."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
         depths = values(report, "n_layer")
+        if len(depths) == 1:
+            row = variant(report, placement=placement, n_layer=depths[0])
+            loss, plateau = mean_score(row), unigram_loss(row)
+            v.threshold = f"no divergence and unigram loss - loss >= {DEEP_OK}"
+            return decide(
+                v,
+                plateau - loss >= DEEP_OK,
+                depth=depths[0],
+                loss=loss,
+                unigram=plateau,
+                below=plateau - loss,
+            )
         if len(depths) < 2:
-            raise NoData(f"depths {depths}: need >= 2")
+            raise NoData(f"depths {depths}: need >= 1")
         shallow = depth_means(report, placement, depths[0])
         deep = depth_means(report, placement, depths[-1])
         v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}"

@@ -1,5 +1,7 @@
 """F6 (Wortsman et al. 2023): attention logit growth at high learning rates, QK-norm, and the
-learning-rate sensitivity.
+learning-rate sensitivity; F13: their Figure 1, the final loss against the learning rate with
+and without qk-layernorm and z-loss, from the same sweep (QK-norm x z-loss x lr x seed). F6's
+claims read the arms without z-loss.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ import statistics
 from typing import Any
 
 from scripts.analysis.findings.common import (
+    CLOSE,
     MIN_SEEDS,
     WORSE,
+    Check,
     NoData,
     Verdict,
     decide,
@@ -31,9 +35,16 @@ from scripts.analysis.runs import run_series
 #                      below the unnormed one (the CPU size measures ~400x and ~4x rises)
 #   SENS_GAP = 0.03    "lowers the sensitivity": about one seed std of one arm's sensitivity
 #   TOP_LRS = 2        "at the highest learning rates": the two largest swept values
-LOGIT_GROWTH, SENS_GAP, TOP_LRS = 10.0, 0.03, 2
+#   SPAN = 100         "similar loss across orders of magnitude of lr": the contiguous lrs
+#                      around the best whose loss is within WORSE of it span at least 100x
+LOGIT_GROWTH, SENS_GAP, TOP_LRS, SPAN = 10.0, 0.03, 2, 100.0
 WORTSMAN = "Wortsman et al. 2023"
-QK = "model.qk_norm"
+QK, Z = "model.qk_norm", "optim.z_loss"
+
+
+def arm(report: dict, qk: bool, z: float = 0.0) -> dict[str, Any]:
+    """The params of one intervention arm; z-loss only where the sweep varies it."""
+    return {QK: qk, Z: z} if values(report, Z) else {QK: qk}
 
 
 def peak_logit(row: dict) -> float:
@@ -59,14 +70,14 @@ def capped_loss(run: dict) -> float | None:
     return l0
 
 
-def lr_losses(report: dict, qk: bool) -> dict[float, dict[Any, float]]:
-    """lr -> {seed: capped loss} for one QK-norm arm, every swept lr (at least 3)."""
+def lr_losses(report: dict, qk: bool, z: float = 0.0) -> dict[float, dict[Any, float]]:
+    """lr -> {seed: capped loss} for one arm, every swept lr (at least 3)."""
     lrs = values(report, "lr")
     if len(lrs) < 3:
         raise NoData(f"learning rates {lrs}: need >= 3")
     out = {}
     for lr in lrs:
-        row = variant(report, lr=lr, **{QK: qk})
+        row = variant(report, lr=lr, **arm(report, qk, z))
         out[lr] = {r["seed"]: x for r in finished(row) if (x := capped_loss(r)) is not None}
         if len(out[lr]) < MIN_SEEDS:
             raise too_few(row, len(out[lr]), "finished runs with a logged loss")
@@ -87,7 +98,9 @@ def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
     lrs = values(report, "lr")
     if len(lrs) < 2:
         raise NoData(f"learning rates {lrs}: need >= 2")
-    low, top = (peak_logit(variant(report, lr=lr, **{QK: False})) for lr in (lrs[0], lrs[-1]))
+    low, top = (
+        peak_logit(variant(report, lr=lr, **arm(report, False))) for lr in (lrs[0], lrs[-1])
+    )
     v.threshold = f"max logit at lr {lrs[-1]:g} / at lr {lrs[0]:g} >= {LOGIT_GROWTH:g}"
     return decide(v, top >= LOGIT_GROWTH * low, lowest_lr=low, top_lr=top, growth=top / low)
 
@@ -96,8 +109,8 @@ def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
     lrs = values(report, "lr")
     if len(lrs) < 2:
         raise NoData(f"learning rates {lrs}: need >= 2")
-    low, top = (peak_logit(variant(report, lr=lr, **{QK: True})) for lr in (lrs[0], lrs[-1]))
-    plain = peak_logit(variant(report, lr=lrs[-1], **{QK: False}))
+    low, top = (peak_logit(variant(report, lr=lr, **arm(report, True))) for lr in (lrs[0], lrs[-1]))
+    plain = peak_logit(variant(report, lr=lrs[-1], **arm(report, False)))
     v.threshold = (
         f"qk growth over the lrs < {LOGIT_GROWTH:g}, no-qk / qk >= {LOGIT_GROWTH:g} at the top lr"
     )
@@ -132,3 +145,71 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
     v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {SENS_GAP}"
     gap = sens["no_qk"] - sens["qk"]
     return decide(v, gap >= SENS_GAP, **measured, gap=gap)
+
+
+# --- F13: Wortsman et al.'s Figure 1: loss vs lr with qk-layernorm and z-loss ---------------------
+def curve_of(report: dict, qk: bool, z: float) -> tuple[dict[float, float], dict[str, Any]]:
+    """The arm's loss per lr, and what a verdict shows of it: sensitivity, best lr and loss."""
+    curve = lr_curve(lr_losses(report, qk, z))
+    best = min(curve, key=curve.get)
+    shown = {
+        "sensitivity": round(sensitivity(curve), 4),
+        "best_lr": best,
+        "best": round(curve[best], 4),
+        "loss_per_lr": {f"{lr:g}": round(x, 3) for lr, x in curve.items()},
+    }
+    return curve, shown
+
+
+def z_on(report: dict) -> float:
+    zs = values(report, Z)
+    if len(zs) < 2 or min(zs) != 0:
+        raise NoData(f"z-losses {zs}: need 0 and a z-loss")
+    return max(zs)
+
+
+def flattens(qk: bool, z_arm: bool) -> Check:
+    """Claim check: an intervention (qk-layernorm, or z-loss) lowers the LR sensitivity by
+    SENS_GAP and keeps the best loss within CLOSE (Figure 1: the curves meet at the best lr and
+    part at high rates)."""
+
+    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        z = z_on(report) if z_arm else 0.0
+        base, base_shown = curve_of(report, False, 0.0)
+        with_, shown = curve_of(report, qk, z)
+        gap = sensitivity(base) - sensitivity(with_)
+        best_gap = min(with_.values()) - min(base.values())
+        v.threshold = (
+            f"sensitivity(none) - sensitivity(with) >= {SENS_GAP} and best(with) <= "
+            f"best(none) + {CLOSE}"
+        )
+        ok = gap >= SENS_GAP and best_gap <= CLOSE
+        return decide(v, ok, **{"none": base_shown, "with": shown}, gap=gap, best_gap=best_gap)
+
+    return check
+
+
+def flat_span(curve: dict[float, float]) -> float:
+    """max/min lr of the contiguous lrs around the best whose loss is within WORSE of it."""
+    lrs = sorted(curve)
+    i = j = lrs.index(min(curve, key=curve.get))
+    floor = min(curve.values()) + WORSE
+    while i > 0 and curve[lrs[i - 1]] <= floor:
+        i -= 1
+    while j < len(lrs) - 1 and curve[lrs[j + 1]] <= floor:
+        j += 1
+    return lrs[j] / lrs[i]
+
+
+def f13_combined_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    both, shown = curve_of(report, True, z_on(report))
+    base, base_shown = curve_of(report, False, 0.0)
+    span, base_span = flat_span(both), flat_span(base)
+    v.threshold = (
+        f"qk + z-loss: the lrs within {WORSE} of its best span >= {SPAN:g}x, and more than "
+        "without both"
+    )
+    ok = span >= SPAN and span > base_span
+    return decide(
+        v, ok, both=shown, none=base_shown, span=f"{span:g}x", none_span=f"{base_span:g}x"
+    )

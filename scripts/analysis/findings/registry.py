@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.analysis.block_profile import plot_profiles
-from scripts.analysis.findings.common import Check, NoData, Verdict
+from scripts.analysis.findings.common import Check, NoData, Verdict, note_lrs
 from scripts.analysis.findings.depth import (
     deep_others_train,
     deep_post_fails,
@@ -32,6 +32,8 @@ from scripts.analysis.findings.lr import (
     f6_qk_bounded,
     f6_qk_ends_better,
     f6_qk_lowers_sensitivity,
+    f13_combined_flat,
+    flattens,
 )
 from scripts.analysis.findings.norms import (
     f7_batchnorm_degrades,
@@ -217,20 +219,22 @@ FINDINGS: dict[str, Finding] = {
     ),
     "placements": Finding(
         "placements_depth",
-        "The placements league: every placement at two depths without warmup",
+        "The placements league: every placement 12 layers deep, each at its best learning rate",
         (
-            Claim("P1", "Post-LN fails at the deepest depth", LIU, deep_post_fails),
-            Claim("P2", "Pre-LN trains at the deepest depth", XIONG, trains_deep("pre")),
-            Claim("P3", "DeepNorm trains at the deepest depth", WANG, trains_deep("deepnorm")),
+            Claim("P1", "Post-LN fails at depth", LIU, deep_post_fails),
+            Claim("P2", "Pre-LN trains at depth", XIONG, trains_deep("pre")),
+            Claim("P3", "DeepNorm trains at depth", WANG, trains_deep("deepnorm")),
             Claim(
                 "P4",
-                "Sandwich-LN trains at the deepest depth",
+                "Sandwich-LN trains at depth",
                 "Ding et al. 2021; Kim et al. 2025",
                 trains_deep("sandwich"),
             ),
-            Claim("P5", "Admin trains at the deepest depth", LIU, trains_deep("admin")),
+            Claim("P5", "Admin trains at depth", LIU, trains_deep("admin")),
+            Claim("P6", "ReZero trains at depth", "Bachlechner et al. 2020", trains_deep("rezero")),
+            Claim("P7", "nGPT trains at depth", "Loshchilov et al. 2024", trains_deep("ngpt")),
         ),
-        plots=("best_val_vs_depth.png",),
+        plots=("lr_sensitivity.png", "loss_curves.png"),
     ),
     "f8": Finding(
         "f8_residual",
@@ -293,14 +297,14 @@ FINDINGS: dict[str, Finding] = {
         (
             Claim(
                 "F10a",
-                "Without QK-norm attention entropy collapses at high learning rates",
+                "Without QK-norm attention entropy collapses (to near 0) at high learning rates",
                 ZHAI,
                 f10_entropy_collapses,
             ),
             Claim("F10b", "QK-norm prevents the entropy collapse", ZHAI, f10_qk_prevents),
             Claim(
                 "F10c",
-                "The runs whose entropy collapsed are the ones that stall (end worse)",
+                "The runs whose entropy collapsed are the unstable ones (diverge or end worse)",
                 ZHAI,
                 f10_collapse_is_instability,
             ),
@@ -316,7 +320,8 @@ FINDINGS: dict[str, Finding] = {
     ),
     "f11": Finding(
         "f11_admin",
-        "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls",
+        "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls (24 layers, 150 warmup "
+        "steps of 600, each arm at its best learning rate)",
         (
             Claim("F11a", "Post-LN stalls at the deepest depth", LIU, stalls_above("post", "pre")),
             Claim(
@@ -327,7 +332,7 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim(
                 "F11c",
-                "Admin ends at least as well as Pre-LN at every depth",
+                "Admin ends at least as well as Pre-LN",
                 LIU,
                 no_worse("admin", "pre", every_depth=True),
             ),
@@ -352,13 +357,40 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim(
                 "F12c",
-                "z-loss 1e-4 costs no final loss at the default learning rate",
+                "z-loss 1e-4 costs no final loss (each arm at its best learning rate)",
                 WORTSMAN,
                 f12_z_loss_costs_nothing,
             ),
         ),
         plots=("log_z.png", "log_z_vs_lr.png", "loss_curves.png"),
         figures=(Figure("log_z_vs_lr.png", "optim.lr", ("last:logits/log_z", "best_val_loss")),),
+    ),
+    "f13": Finding(
+        "f6_lr_sensitivity",  # F6's sweep crosses QK-norm with z-loss: F13 reads the same runs
+        "F13: final loss against the learning rate with qk-layernorm and z-loss (Wortsman et al. "
+        "2023, Figure 1)",
+        (
+            Claim(
+                "F13a",
+                "qk-layernorm flattens the loss-vs-lr curve at high rates (lower LR sensitivity) "
+                "while the best loss stays",
+                WORTSMAN,
+                flattens(qk=True, z_arm=False),
+            ),
+            Claim(
+                "F13b",
+                "z-loss lowers the LR sensitivity while the best loss stays",
+                WORTSMAN,
+                flattens(qk=False, z_arm=True),
+            ),
+            Claim(
+                "F13c",
+                "With both interventions the loss is similar across orders of magnitude of lr",
+                WORTSMAN,
+                f13_combined_flat,
+            ),
+        ),
+        plots=("lr_sensitivity.png", "loss_curves.png"),
     ),
 }
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
@@ -371,9 +403,11 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
     out = []
     for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
         v = Verdict(claim.id, claim.statement, claim.source)
+        report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
         try:
-            v = claim.check(report, settings, v)
+            v = note_lrs(claim.check(report, settings, v), report["chosen_lrs"])
         except NoData as err:
             v.status, v.note = "NO DATA", str(err)
         out.append(v)
+    report.pop("chosen_lrs", None)
     return out
