@@ -5,6 +5,7 @@
     python scripts/reproduce.py f2 --dry-run        # show the sweep and the claims, run nothing
     python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
     python scripts/reproduce.py f3 --publish docs/findings/f3   # also copy verdict, report, plots
+    python scripts/reproduce.py all --publish docs/findings     # every finding in turn (~90 min)
 
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
@@ -131,6 +132,54 @@ def all_finished(out: Path, dirs: list[str]) -> bool:
     return bool(dirs) and all(states.get(k, ("",))[0] in FINISHED for k in range(len(dirs)))
 
 
+# --- the time a sweep will take ----------------------------------------------------------------
+# A job's time ~ OVERHEAD_S + its training FLOPs / (RATE_FLOPS x its torch threads), measured on
+# the reference 2-core machine (docs/reproducing.md): a d=64 GPT step runs at ~45 GFLOP/s on one
+# thread, and a run spends ~6 s starting (imports, data, loggers) and closing. Native sizes.
+RATE_FLOPS, OVERHEAD_S = 45e9, 6.0
+IMAGE_SIDE = {"digits": 8}  # data sources whose images keep their native size
+
+
+def job_flops(cfg, job: list[str]) -> float:
+    """Training FLOPs of one job: 6 x block params x tokens, plus attention, plus validation."""
+    o = {k.lstrip("+~"): v for k, _, v in (item.partition("=") for item in job)}
+
+    def get(key: str, default: float) -> float:
+        node = cfg
+        for part in key.split("."):
+            node = node.get(part) if node is not None and hasattr(node, "get") else None
+        return float(o.get(key, node if isinstance(node, int | float) else default))
+
+    layers, width = get("model.n_layer", 2), get("model.n_embd", 128)
+    batch, steps = get("data.batch_size", 32), get("trainer.max_steps", 0)
+    if cfg.model.name == "vit":
+        side = get("data.image_size", IMAGE_SIDE.get(cfg.data.get("source"), 32))
+        context = (side // get("model.patch_size", 4)) ** 2 + 1
+    else:
+        context = get("model.block_size", 128)
+    per_token = 6 * 12 * layers * width * width + 12 * layers * context * width
+    train = per_token * batch * context * steps
+    checks = steps / max(get("trainer.val_check_interval", 50), 1)
+    return train * (1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1))
+
+
+def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
+    """Wall seconds the sweep should take here: its jobs' times over the parallel jobs."""
+    if kind != "train":
+        return OVERHEAD_S * 2
+    parallel = int(cfg.hydra.launcher.get("n_jobs", 1) or 1)
+    threads = int(cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // parallel))
+    total = sum(OVERHEAD_S + job_flops(cfg, j) / (RATE_FLOPS * threads) for j in jobs)
+    return total / max(1, min(parallel, len(jobs)))
+
+
+ESTIMATE = "on a 2-core machine like the reference one (docs/reproducing.md: measured times)"
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
 # The program each kind of finding sweeps with.
 ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
@@ -151,6 +200,7 @@ def run_sweep(
     cmd += [f"hydra.sweep.dir={out}", *overrides]
     before = run_states(out, dirs)
     done = {k for k, (status, _) in before.items() if status in FINISHED}
+    before_done, started = set(done), time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
     if done:
@@ -172,13 +222,28 @@ def run_sweep(
                     if k not in done and status not in ("running", "unfinished") and fresh:
                         done.add(k)
                         what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
-                        console.print(f"  run {k}: {what} -> {status}", markup=False)
+                        pace = eta(started, len(done - before_done), len(jobs) - len(done))
+                        line = progress_line(out / dirs[k], k, len(jobs), what, status, pace)
+                        console.print(f"  {line}", markup=False)
                 running = [str(k) for k, (status, _) in states.items() if status == "running"]
                 label = f"runs (running: {', '.join(running)})" if running else "runs"
                 bar.update(task, completed=len(done), description=label)
                 if code is not None:
                     return code
                 time.sleep(1.0)
+
+
+def progress_line(run: Path, k: int, n: int, what: str, status: str, pace: str) -> str:
+    """One finished job: which, how it ended, its best val loss, the time so far and left."""
+    best = (read_summary(run) or {}).get("best_val_loss")
+    loss = f", best val {best:.4f}" if isinstance(best, int | float) else ""
+    return f"run {k + 1}/{n}: {what} -> {status}{loss} [{pace}]"
+
+
+def eta(started: float, new: int, left: int) -> str:
+    """Elapsed time, and what is left at the pace of the jobs finished in this launch."""
+    spent = time.perf_counter() - started
+    return f"{clock(spent)} elapsed, ~{clock(spent / max(new, 1) * left)} left"
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -285,7 +350,7 @@ def finite_load() -> float:
 # --- entry ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES]))
+    p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES, "all"]))
     p.add_argument("--size", choices=SIZES, default="cpu")
     p.add_argument(
         "--out", type=Path, default=None, help="sweep dir (default multirun/reproduce/<experiment>)"
@@ -298,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
     args = p.parse_intermixed_args(argv)
+    if args.finding == "all":
+        return reproduce_all(args)
     name = ALIASES.get(args.finding, args.finding)
     finding = FINDINGS[name]
     experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
@@ -313,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
     )
     console.print(f"[bold]{finding.title}[/] — experiment={experiment}, {len(jobs)} runs -> {out}")
+    finished_before = all_finished(out, dirs)
+    if not finished_before:
+        console.print(f"  estimate: ~{estimate_s(cfg, jobs, finding.kind) / 60:.1f} min {ESTIMATE}")
     if args.dry_run:
         for k, job in enumerate(dirs):
             console.print(f"  #{k}: {job}", markup=False)
@@ -321,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     load_start, start, cpu_start = finite_load(), time.perf_counter(), cpu_seconds()
     timing = None  # the sweep's own time, kept when a finished sweep is only re-evaluated
-    if all_finished(out, dirs):
+    if finished_before:
         console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
         previous = [out / f"{verdict_stem(name)}.json", out / "verdict.json"]
         found = [p for p in previous if p.is_file()]
@@ -376,6 +446,41 @@ def main(argv: list[str] | None = None) -> int:
     where = out / f"{verdict_stem(name)}.md"
     console.print(f"verdicts: {where}; report: {out / 'report' / 'report.md'}")
     return exit_status(runs, code, out)
+
+
+def reproduce_all(args: argparse.Namespace) -> int:
+    """Every finding in turn (F13 after F6, whose sweep it reads), each as its own command would
+    run it; then one table of verdicts and times. --publish DIR publishes each into DIR/<id>."""
+    if args.out is not None:
+        raise SystemExit("error: reproduce.py all writes each sweep to its own dir; drop --out")
+    flags = ["--size", args.size, *(["--dry-run"] if args.dry_run else [])]
+    suffix = "_gpu" if args.size == "gpu" else ""
+    sweeps = {FINDINGS[n].experiment + suffix: FINDINGS[n].kind for n in FINDINGS}
+    total = 0.0
+    for experiment, kind in sweeps.items():
+        cfg = compose(experiment, args.overrides)
+        total += estimate_s(cfg, sweep_jobs(cfg, args.overrides), kind)
+    console.print(
+        f"[bold]{len(FINDINGS)} findings, {len(sweeps)} sweeps[/]: ~{total / 60:.0f} min {ESTIMATE}"
+    )
+    rows, code = [], 0
+    for name in FINDINGS:
+        publish_to = ["--publish", str(args.publish / name)] if args.publish else []
+        start = time.perf_counter()
+        code = max(code, main([name, *flags, *publish_to, *args.overrides]))
+        experiment = FINDINGS[name].experiment + suffix
+        record = ROOT / "multirun" / "reproduce" / experiment / f"{verdict_stem(name)}.json"
+        if record.is_file() and not args.dry_run:
+            r = json.loads(record.read_text())
+            rows.append((name, fmt(r["counts"]), r["wall_s"], time.perf_counter() - start))
+    if rows:
+        table = Table("finding", "verdicts", "sweep wall (min)", "this command (min)")
+        for name, counts, sweep_s, spent in rows:
+            table.add_row(name, counts, f"{sweep_s / 60:.1f}", f"{spent / 60:.1f}")
+        total = sum(r[2] for r in rows) / 60
+        console.print(table)
+        console.print(f"sweeps' wall time in all: {total:.1f} min")
+    return code
 
 
 def exit_status(runs: list[dict], code: int, out: Path) -> int:

@@ -239,3 +239,42 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
         "verdict.md",
     ]
     assert str(out) not in (docs / "report" / "report.md").read_text()
+
+
+# --- the estimate, the progress lines, all findings -----------------------------------------------
+def test_estimate_counts_each_jobs_flops() -> None:
+    cfg = reproduce.compose("f3_depth", [])
+    jobs = reproduce.sweep_jobs(cfg, [])
+    by_depth = {}
+    for job in jobs:
+        depth = int(dict(x.split("=", 1) for x in job)["model.n_layer"])
+        by_depth[depth] = reproduce.job_flops(cfg, job)
+    # 6 x 12 L d^2 + 12 L T d FLOPs a token, linear in the depth at d=64, T=64, B=16, 400 steps,
+    # and validation adds 8 batches a third as costly every 50 steps: 1 + 8 x 8 / 3 / 400.
+    per_token = 6 * 12 * 64 * 64 + 12 * 64 * 64
+    expected = per_token * 16 * 64 * 400 * (1 + 8 * 8 / 3 / 400)
+    assert by_depth[3] == pytest.approx(3 * expected) and by_depth[12] == pytest.approx(
+        4 * by_depth[3]
+    )
+    # Two jobs at a time, one thread each, 6 s each to start.
+    seconds = sum(6 + reproduce.job_flops(cfg, j) / 45e9 for j in jobs) / 2
+    assert reproduce.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
+
+
+def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"best_val_loss": 2.345678}))
+    line = reproduce.progress_line(tmp_path, 4, 48, "placement=post seed=1", "completed", "x")
+    assert line == "run 5/48: placement=post seed=1 -> completed, best val 2.3457 [x]"
+    assert reproduce.progress_line(tmp_path / "none", 0, 2, "a", "diverged", "x") == (
+        "run 1/2: a -> diverged [x]"
+    )
+
+
+def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys) -> None:
+    assert reproduce.main(["all", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("estimate: ~") == len(FINDINGS) and "findings, 13 sweeps: ~" in out
+    assert FINDINGS["f13"].experiment == FINDINGS["f6"].experiment
+    assert (
+        reproduce.verdict_stem("f6") == "verdict" and reproduce.verdict_stem("f13") == "verdict_f13"
+    )

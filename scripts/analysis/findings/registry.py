@@ -167,7 +167,7 @@ FINDINGS: dict[str, Finding] = {
     ),
     "vit": Finding(
         "vit_depth",
-        "ViT on digits: depth stability without warmup at a high learning rate",
+        "ViT on digits: depth stability without warmup, each arm at its best learning rate",
         tuple(
             Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
         ),
