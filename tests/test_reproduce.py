@@ -225,6 +225,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert "| F1a |" in (out / "verdict.md").read_text()
     report_md = (out / "report" / "report.md").read_text()  # what the probe measured
     assert "| series | depth | seeds |" in report_md and "| warmup |" not in report_md
+    assert "![init_grid.png](init_grid.png)" in report_md  # F1's four claims in one figure
     capsys.readouterr()
     docs = tmp_path / "docs"
     assert reproduce.main([*argv, "--publish", str(docs)]) == 0
@@ -235,6 +236,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert published == [
         "report/act_norm_init.png",
         "report/grad_norm_init.png",
+        "report/init_grid.png",
         "report/report.md",
         "verdict.md",
     ]

@@ -27,6 +27,13 @@ CAPTIONS: dict[str, tuple[str, str]] = {
         "A flat, low curve is a variant that tolerates a range of lrs (low LR sensitivity); a "
         "best lr at the grid's edge means the grid should be widened.",
     ),
+    "init_grid.png": (
+        "F1 at a glance: the last FFN's gradient against depth (fitted slopes, 1/sqrt(L) dashed), "
+        "each layer's gradient and residual norm at the deepest depth, and the residual norm's "
+        "last/first-layer ratio against depth, one colour per placement.",
+        "Post-LN flat in every panel; Pre-LN's fc2 gradient on the dashed line and its residual "
+        "ratio rising with depth.",
+    ),
     "grad_norm_init.png": (
         "Gradient norm of each layer at initialization, per placement and depth.",
         "Pre-LN's last-layer gradient shrinking like 1/sqrt(L); Post-LN's flat in depth.",

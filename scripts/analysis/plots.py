@@ -309,6 +309,52 @@ def plot_fc2(ax, fc2: list[dict]) -> list[Line2D]:
     return handles
 
 
+def plot_init_grid(groups, out_dir: Path, name: str = "init_grid.png") -> str | None:
+    """F1 in one 2x2 figure, one panel per claim of Xiong et al. 2020: the last FFN's gradient
+    against depth (with its fitted slopes and a 1/sqrt(L) reference), every layer's gradient and
+    residual norm at the deepest depth, and the residual norm's last/first-layer ratio against
+    depth; one colour per placement throughout."""
+    fc2 = [g for g in groups if g["last_fc2"] is not None]
+    layered = [g for g in groups if g["grad_norm"] and g["act_norm"]]
+    if not fc2 or not layered:
+        return None
+    colors = series_colors([g["series"] for g in groups])
+    deepest = max(depth_of(g["params"]) for g in layered)
+    fig, axes = plt.subplots(2, 2, figsize=(10.5, 7.5), layout="constrained")
+    handles = plot_fc2(axes[0][0], fc2)
+    for ax, key, what in (
+        (axes[0][1], "grad_norm", "grad norm"),
+        (axes[1][0], "act_norm", "residual norm"),
+    ):
+        for g in sorted(layered, key=lambda g: g["series"]):
+            if depth_of(g["params"]) == deepest:
+                ax.plot(g[key], "o-", ms=2.5, color=colors[g["series"]])
+        ax.set_yscale("log")
+        widen_log_range(ax)
+        ax.set_title(f"{what} per layer at init, L={deepest:g}", fontsize=9)
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+    ax = axes[1][1]
+    for series in sorted(colors):
+        pts = sorted(
+            (depth_of(g["params"]), g["act_norm"][-1] / g["act_norm"][0])
+            for g in layered
+            if g["series"] == series and g["act_norm"][0] > 0
+        )
+        if pts:
+            ax.plot(*zip(*pts, strict=True), "o-", color=colors[series])
+    ax.axhline(1.0, color="gray", lw=1, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({depth_of(g["params"]) for g in layered}))
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}")
+    ax.minorticks_off()
+    ax.set_title("residual norm, last layer / first layer, vs depth", fontsize=9)
+    ax.set_xlabel("depth (n_layer)")
+    ax.grid(alpha=0.3)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    return xy.save(fig, out_dir, name)
+
+
 def widen_log_range(ax, factor: float = 4.0) -> None:
     """A log axis spans at least ``factor``: float noise on a flat line must not fill the panel."""
     low, high = ax.get_ylim()
@@ -330,6 +376,7 @@ def write_plots(
         lambda: xy.plot_xy(
             variants, fields, "n_layer", ["best_val_loss"], out_dir, "best_val_vs_depth.png"
         ),
+        lambda: plot_init_grid(groups, out_dir),
         lambda: plot_per_layer(
             groups, "grad_norm", "grad norm at init", out_dir, "grad_norm_init.png", True
         ),

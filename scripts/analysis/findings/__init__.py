@@ -1,7 +1,7 @@
-"""Findings as code: each reproduction's published claims, decided PASS / FAIL / NO DATA from a
-sweep's report.json. registry.py lists them; common.py holds what every check shares; the checks
-live in one module per family (init: F1, depth: F2-F4 and the placement studies, norms: F5 and
-F7, lr: F6, stability: F8, F10, F12).
+"""Findings as code: each reproduction's published claims, decided PASS / FAIL / NOT TESTABLE /
+NO DATA from a sweep's report.json. registry.py lists them; common.py holds what every check
+shares; the checks live in one module per family (init: F1, depth: F2-F4 and the placement
+studies, norms: F5 and F7, lr: F6 and F13, stability: F8, F10, F12).
 """
 
 from scripts.analysis.findings.common import STATUSES, NoData, Verdict

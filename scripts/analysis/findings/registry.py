@@ -124,7 +124,7 @@ FINDINGS: dict[str, Finding] = {
             Claim("F1d", "Pre-LN residual norm grows across layers", XIONG, f1_pre_residual_grows),
         ),
         kind="init_probe",
-        plots=("grad_norm_init.png", "act_norm_init.png"),
+        plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"),
     ),
     "f2": Finding(
         "f2_warmup",
