@@ -259,6 +259,10 @@ def cell(text: Any) -> str:
     return str(text).replace("|", "\\|")  # a pipe would end the table cell
 
 
+def over(record: dict) -> str:
+    return f" over {record['launches']} launches" if record.get("launches", 1) > 1 else ""
+
+
 def verdict_markdown(record: dict) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
     if record["kind"] == "init_probe":
@@ -270,9 +274,9 @@ def verdict_markdown(record: dict) -> str:
         "",
         f"Command: `{record['command']}`  ",
         f"Sweep: `experiment={record['experiment']}`, {what}.  ",
-        f"Time: {record['wall_s'] / 60:.1f} min wall on {record['cpus']} CPUs at load average "
-        f"{record['load_start']:.1f} -> {record['load_end']:.1f}; {record['cpu_s'] / 60:.1f} "
-        "CPU-min in all.  ",
+        f"Time: {record['wall_s'] / 60:.1f} min wall{over(record)} on {record['cpus']} CPUs at "
+        f"load average {record['load_start']:.1f} -> {record['load_end']:.1f}; "
+        f"{record['cpu_s'] / 60:.1f} CPU-min in all.  ",
         f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
         "",
         "| claim | statement (source) | measured | threshold | verdict |",
@@ -390,12 +394,13 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
         return 0
     load_start, start, cpu_start = finite_load(), time.perf_counter(), cpu_seconds()
+    found = [p for p in (out / f"{verdict_stem(name)}.json", out / "verdict.json") if p.is_file()]
+    earlier = json.loads(found[0].read_text()) if found else None
     timing = None  # the sweep's own time, kept when a finished sweep is only re-evaluated
     if finished_before:
         console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
-        previous = [out / f"{verdict_stem(name)}.json", out / "verdict.json"]
-        found = [p for p in previous if p.is_file()]
-        timing = json.loads(found[0].read_text()) if found else None
+        timing = earlier  # the sweep's time and the command(s) that ran it
+        command = earlier.get("command", command) if earlier else command
         code = 0
     else:
         code = run_sweep(experiment, jobs, dirs, out, args.overrides, finding.kind)
@@ -436,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
         "load_start": load_start,
         "load_end": finite_load(),
         **{k: timing[k] for k in TIMING if timing and k in timing},
+        **(
+            extended(earlier, time.perf_counter() - start, cpu_seconds() - cpu_start, command)
+            if earlier and not finished_before
+            else {}
+        ),
         "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
         "claims": [v.to_dict() for v in verdicts],
     }
@@ -481,6 +491,18 @@ def reproduce_all(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"sweeps' wall time in all: {total:.1f} min")
     return code
+
+
+def extended(earlier: dict, wall: float, cpu: float, command: str) -> dict[str, Any]:
+    """A launch into a sweep dir that holds an earlier launch's record (a resumed or extended
+    sweep, e.g. more learning rates for two placements): the times add up, the commands too."""
+    return {
+        "wall_s": round(earlier["wall_s"] + wall, 1),
+        "cpu_s": round(earlier["cpu_s"] + cpu, 1),
+        "load_start": earlier.get("load_start", math.nan),
+        "command": f"{earlier['command']}; then {command}",
+        "launches": earlier.get("launches", 1) + 1,
+    }
 
 
 def exit_status(runs: list[dict], code: int, out: Path) -> int:

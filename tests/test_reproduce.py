@@ -280,3 +280,22 @@ def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys) -> None:
     assert (
         reproduce.verdict_stem("f6") == "verdict" and reproduce.verdict_stem("f13") == "verdict_f13"
     )
+
+
+def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
+    earlier = {
+        "wall_s": 60.0,
+        "cpu_s": 100.0,
+        "command": "reproduce.py placements",
+        "load_start": 1.0,
+    }
+    more = reproduce.extended(earlier, 30.04, 50.0, "reproduce.py placements optim.lr=3e-2")
+    assert more == {
+        "wall_s": 90.0,
+        "cpu_s": 150.0,
+        "load_start": 1.0,
+        "command": "reproduce.py placements; then reproduce.py placements optim.lr=3e-2",
+        "launches": 2,
+    }
+    assert reproduce.extended({**earlier, **more}, 1.0, 1.0, "x")["launches"] == 3
+    assert reproduce.over(more) == " over 2 launches" and reproduce.over(earlier) == ""
