@@ -317,6 +317,9 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
     the sweep dir written as multirun/reproduce/<experiment> and other plots left out."""
     (dest / "report").mkdir(parents=True, exist_ok=True)
     shown = [name for name in plots if (out / "report" / name).is_file()]
+    for stale in (dest / "report").glob("*.png"):  # figures of an earlier design
+        if stale.name not in shown:
+            stale.unlink()
     for name in shown:
         shutil.copyfile(out / "report" / name, dest / "report" / name)
     lines = (out / "report" / "report.md").read_text().splitlines()

@@ -151,7 +151,7 @@ FINDINGS: dict[str, Finding] = {
                 shallow_post_matches,
             ),
         ),
-        plots=("best_val_vs_depth.png", "model_update.png"),
+        plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
     ),
     "f5": Finding(
         "f5_norms",
@@ -164,6 +164,7 @@ FINDINGS: dict[str, Finding] = {
                 rmsnorm_matches,
             ),
         ),
+        plots=("lr_sensitivity.png", "loss_curves.png"),
     ),
     "vit": Finding(
         "vit_depth",
@@ -171,7 +172,7 @@ FINDINGS: dict[str, Finding] = {
         tuple(
             Claim(f"V{i}", x.statement, x.source, x.check) for i, x in enumerate(DEPTH_CLAIMS, 1)
         ),
-        plots=("best_val_vs_depth.png", "model_update.png"),
+        plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
     ),
     "f6": Finding(
         "f6_lr_sensitivity",
@@ -194,7 +195,7 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim("F6d", "QK-norm lowers the LR sensitivity", WORTSMAN, f6_qk_lowers_sensitivity),
         ),
-        plots=("loss_curves.png", "lr_sweep.png"),
+        plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
         figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),),
     ),
     "f7": Finding(
@@ -337,7 +338,7 @@ FINDINGS: dict[str, Finding] = {
                 no_worse("admin", "pre", every_depth=True),
             ),
         ),
-        plots=("loss_curves.png", "best_val_vs_depth.png"),
+        plots=("lr_sensitivity.png", "loss_curves.png"),
     ),
     "f12": Finding(
         "f12_z_loss",
