@@ -83,6 +83,13 @@ def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
     return grid(cfg.hydra.sweeper.params, overrides)
 
 
+def launch_overrides(cfg, overrides: list[str]) -> list[list[str]]:
+    """The overrides of each launch into the sweep dir: the experiment's grid, then each entry of
+    its ``reproduce.widen`` (more learning rates for the variants whose best sat at an edge of
+    the grid, e.g. ``[placement=pre, optim.lr=3e-2]``), each with the command line's."""
+    return [overrides, *([*overrides, *extra] for extra in settings_of(cfg).get("widen", []))]
+
+
 def settings_of(cfg) -> dict[str, Any]:
     """The experiment's ``reproduce`` node: where the claims look, how F1 probes."""
     from omegaconf import OmegaConf
@@ -378,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     out = (args.out or ROOT / "multirun" / "reproduce" / experiment).resolve()
     try:
         cfg = compose(experiment, args.overrides)
-        jobs = sweep_jobs(cfg, args.overrides)
+        launches = [(o, sweep_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
+        jobs = [job for _, js in launches for job in js]
         dirs = job_dirs(cfg, jobs)
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
         console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
@@ -406,7 +414,14 @@ def main(argv: list[str] | None = None) -> int:
         command = earlier.get("command", command) if earlier else command
         code = 0
     else:
-        code = run_sweep(experiment, jobs, dirs, out, args.overrides, finding.kind)
+        code = 0
+        for overrides, launch_jobs in launches:
+            launch_dirs = job_dirs(cfg, launch_jobs)
+            if not all_finished(out, launch_dirs):
+                code = max(
+                    code,
+                    run_sweep(experiment, launch_jobs, launch_dirs, out, overrides, finding.kind),
+                )
     states = run_states(out, dirs).values()
     ended = [s for s, _ in states if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):
@@ -498,12 +513,13 @@ def reproduce_all(args: argparse.Namespace) -> int:
 
 def extended(earlier: dict, wall: float, cpu: float, command: str) -> dict[str, Any]:
     """A launch into a sweep dir that holds an earlier launch's record (a resumed or extended
-    sweep, e.g. more learning rates for two placements): the times add up, the commands too."""
+    sweep, e.g. a widened grid): the times add up, and a new command joins the earlier one."""
+    said = earlier["command"]
     return {
         "wall_s": round(earlier["wall_s"] + wall, 1),
         "cpu_s": round(earlier["cpu_s"] + cpu, 1),
         "load_start": earlier.get("load_start", math.nan),
-        "command": f"{earlier['command']}; then {command}",
+        "command": said if command in said else f"{said}; then {command}",
         "launches": earlier.get("launches", 1) + 1,
     }
 

@@ -299,3 +299,19 @@ def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
     }
     assert reproduce.extended({**earlier, **more}, 1.0, 1.0, "x")["launches"] == 3
     assert reproduce.over(more) == " over 2 launches" and reproduce.over(earlier) == ""
+
+
+@pytest.mark.parametrize("experiment", ["placements_depth", "f3_depth", "f11_admin"])
+def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: str) -> None:
+    cfg = reproduce.compose(experiment, [])
+    grid, *more = reproduce.launch_overrides(cfg, ["seed=0"])
+    assert grid == ["seed=0"] and more and all(o[0] == "seed=0" for o in more)
+    base = {float(x) for x in reproduce.swept_values(reproduce.sweep_jobs(cfg, grid))["optim.lr"]}
+    for overrides in more:  # every extra launch runs rates outside the grid, one seed here
+        jobs = reproduce.sweep_jobs(cfg, overrides)
+        lrs = {float(x) for x in reproduce.swept_values(jobs)["optim.lr"]}
+        assert jobs and not lrs & base and reproduce.swept_values(jobs)["seed"] == ["0"]
+        for lr in lrs:  # one grid step (3x-3.3x) beyond the grid's smallest or largest rate
+            assert 3 <= max(lr / max(base), min(base) / lr) <= 3.4
+    gpu = reproduce.compose(f"{experiment}_gpu", [])
+    assert reproduce.launch_overrides(gpu, []) == [[]]
