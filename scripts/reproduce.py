@@ -140,15 +140,17 @@ def all_finished(out: Path, dirs: list[str]) -> bool:
 
 
 # --- the time a sweep will take ----------------------------------------------------------------
-# A job's time ~ OVERHEAD_S + its training FLOPs / (RATE_FLOPS x its torch threads), measured on
-# the reference 2-core machine (docs/reproducing.md): a d=64 GPT step runs at ~45 GFLOP/s on one
-# thread, and a run spends ~6 s starting (imports, data, loggers) and closing. Native sizes.
-RATE_FLOPS, OVERHEAD_S = 45e9, 6.0
+# A job's time ~ OVERHEAD_S + FLOPs / (RATE_FLOPS x torch threads) + LAYER_STEP_S x layer-steps,
+# fitted on the reference 2-core machine (docs/reproducing.md): a d=64 GPT step runs at ~59
+# GFLOP/s on one thread plus ~1.8 ms a layer (small matrices pay per call), and a run spends
+# OVERHEAD_S starting (imports, data, loggers), validating and closing. Native image sizes.
+RATE_FLOPS, LAYER_STEP_S, OVERHEAD_S = 59e9, 1.8e-3, 6.0
 IMAGE_SIDE = {"digits": 8}  # data sources whose images keep their native size
 
 
-def job_flops(cfg, job: list[str]) -> float:
-    """Training FLOPs of one job: 6 x block params x tokens, plus attention, plus validation."""
+def job_work(cfg, job: list[str]) -> tuple[float, float]:
+    """(training FLOPs, layer-steps) of one job: 6 x block params x tokens plus attention, and
+    n_layer x steps; validation adds its batches at a third of a training step's cost."""
     o = {k.lstrip("+~"): v for k, _, v in (item.partition("=") for item in job)}
 
     def get(key: str, default: float) -> float:
@@ -165,9 +167,9 @@ def job_flops(cfg, job: list[str]) -> float:
     else:
         context = get("model.block_size", 128)
     per_token = 6 * 12 * layers * width * width + 12 * layers * context * width
-    train = per_token * batch * context * steps
     checks = steps / max(get("trainer.val_check_interval", 50), 1)
-    return train * (1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1))
+    val = 1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1)
+    return per_token * batch * context * steps * val, layers * steps * val
 
 
 def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
@@ -176,7 +178,10 @@ def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
         return OVERHEAD_S * 2
     parallel = int(cfg.hydra.launcher.get("n_jobs", 1) or 1)
     threads = int(cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // parallel))
-    total = sum(OVERHEAD_S + job_flops(cfg, j) / (RATE_FLOPS * threads) for j in jobs)
+    total = 0.0
+    for job in jobs:
+        flops, layer_steps = job_work(cfg, job)
+        total += OVERHEAD_S + flops / (RATE_FLOPS * threads) + LAYER_STEP_S * layer_steps
     return total / max(1, min(parallel, len(jobs)))
 
 

@@ -244,22 +244,29 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
 
 
 # --- the estimate, the progress lines, all findings -----------------------------------------------
-def test_estimate_counts_each_jobs_flops() -> None:
+def test_estimate_counts_each_jobs_flops_and_layer_steps() -> None:
     cfg = reproduce.compose("f3_depth", [])
     jobs = reproduce.sweep_jobs(cfg, [])
     by_depth = {}
     for job in jobs:
         depth = int(dict(x.split("=", 1) for x in job)["model.n_layer"])
-        by_depth[depth] = reproduce.job_flops(cfg, job)
+        by_depth[depth] = reproduce.job_work(cfg, job)
     # 6 x 12 L d^2 + 12 L T d FLOPs a token, linear in the depth at d=64, T=64, B=16, 400 steps,
     # and validation adds 8 batches a third as costly every 50 steps: 1 + 8 x 8 / 3 / 400.
+    val = 1 + 8 * 8 / 3 / 400
     per_token = 6 * 12 * 64 * 64 + 12 * 64 * 64
-    expected = per_token * 16 * 64 * 400 * (1 + 8 * 8 / 3 / 400)
-    assert by_depth[3] == pytest.approx(3 * expected) and by_depth[12] == pytest.approx(
-        4 * by_depth[3]
+    assert by_depth[3] == pytest.approx((3 * per_token * 16 * 64 * 400 * val, 3 * 400 * val))
+    assert by_depth[12][0] == pytest.approx(4 * by_depth[3][0])
+    # Two jobs at a time, one thread each.
+    seconds = (
+        sum(
+            reproduce.OVERHEAD_S
+            + reproduce.job_work(cfg, j)[0] / reproduce.RATE_FLOPS
+            + reproduce.job_work(cfg, j)[1] * reproduce.LAYER_STEP_S
+            for j in jobs
+        )
+        / 2
     )
-    # Two jobs at a time, one thread each, 6 s each to start.
-    seconds = sum(6 + reproduce.job_flops(cfg, j) / 45e9 for j in jobs) / 2
     assert reproduce.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
 
 
