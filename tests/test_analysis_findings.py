@@ -139,23 +139,34 @@ def test_f7_pass_and_fail() -> None:
 
 
 # --- F6: learning rates and QK-norm --------------------------------------------------------------
-def write_run(path: Path, l0: float, logits: list[float]) -> str:
-    """A run dir whose metrics.csv logs train/loss l0 at step 0 and attn/max_logit every 10."""
+def write_run(path: Path, l0: float, logits: list[float], log_z: float = 0.0) -> str:
+    """A run dir whose metrics.csv logs train/loss l0 at step 0, and attn/max_logit and
+    logits/log_z (6.0 at step 0, then 6.0 + ``log_z``) every 10."""
     path.mkdir(parents=True)
-    rows = ["step,train/loss,attn/max_logit"]
-    rows += [f"{10 * i},{l0 if i == 0 else ''},{x}" for i, x in enumerate(logits)]
+    rows = ["step,train/loss,attn/max_logit,logits/log_z"]
+    rows += [
+        f"{10 * i},{l0 if i == 0 else ''},{x},{6.0 + (log_z if i else 0.0)}"
+        for i, x in enumerate(logits)
+    ]
     (path / "metrics.csv").write_text("\n".join(rows) + "\n")
     return str(path)
 
 
 def f6_row(
-    tmp: Path, lr: float, qk: bool, finals: list[float | None], peak: float, z: float | None = None
+    tmp: Path,
+    lr: float,
+    qk: bool,
+    finals: list[float | None],
+    peak: float,
+    z: float | None = None,
+    log_z: float = 0.0,
 ) -> dict:
-    """One variant; final None = a diverged run; each run's logits rise to ``peak``; ``z``: the
-    z-loss arm, in sweeps that cross it."""
+    """One variant; final None = a diverged run; each run's logits rise to ``peak`` and its
+    log Z moves by ``log_z``; ``z``: the z-loss arm, in sweeps that cross it."""
     runs = []
     for seed, final in enumerate(finals):
-        run_dir = write_run(tmp / f"{lr}-{qk}-{z}-{seed}", 4.6, [peak / 4, peak, peak / 2])
+        attn = [peak / 4, peak, peak / 2]
+        run_dir = write_run(tmp / f"{lr}-{qk}-{z}-{seed}", 4.6, attn, log_z)
         status = "diverged" if final is None else "completed"
         runs.append({"run_dir": run_dir, "seed": seed, "status": status, "final_val_loss": final})
     params = {"lr": lr, "model.qk_norm": qk} | ({} if z is None else {"optim.z_loss": z})
@@ -219,22 +230,29 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
         (False, 1e-4): (3.0, 2.5, 3.2, None),  # z-loss alone changes nothing here
         (True, 1e-4): (2.55, 2.45, 2.5, 2.54),
     }
-    report = {
-        "variants": [
-            f6_row(tmp_path, lr, qk, [x, x], 8.0, z)
+
+    def report(drift: float) -> dict:  # log Z moves by ``drift`` in every run
+        rows = [
+            f6_row(tmp_path / str(drift), lr, qk, [x, x], 8.0, z, drift)
             for (qk, z), xs in curves.items()
             for lr, x in zip(lrs, xs, strict=True)
         ]
-    }
-    v = by_id(evaluate("f13", report))
+        return {"variants": rows}
+
+    drifting = report(-5.0)
+    v = by_id(evaluate("f13", drifting))
     assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "FAIL", "PASS"]
     # Wortsman's sensitivity: mean over lrs of loss - best; the diverged lr at l0 = 4.6.
     assert v["F13a"].measured["none"]["sensitivity"] == pytest.approx((0.5 + 0 + 0.7 + 2.1) / 4)
     assert v["F13a"].measured["with"]["sensitivity"] == pytest.approx((0.52 + 0 + 0.12 + 0.52) / 4)
     assert v["F13a"].measured["best_gap"] == pytest.approx(-0.02)
-    assert v["F13b"].measured["gap"] == 0.0
+    assert v["F13b"].measured["gap"] == 0.0  # log Z drifted 5 nats and z-loss changed nothing
+    # log Z moved 0.3 nats: z-loss had nothing to act on, so F13b cannot be tested here.
+    still = by_id(evaluate("f13", report(0.3)))["F13b"]
+    assert still.status == "NOT TESTABLE" and still.measured["log_z_drift_top_lr"] == 0.3
+    assert still.note.startswith("NOT TESTABLE AT THIS SIZE: without z-loss log Z moved 0.30")
     # Both: every lr within 0.1 of 2.45, a 1000x span; without: only the best lr (1x).
     assert v["F13c"].measured["span"] == "1000x" and v["F13c"].measured["none_span"] == "1x"
     # F6 reads the arms without z-loss of the same sweep.
-    f6 = by_id(evaluate("f6", report))
+    f6 = by_id(evaluate("f6", drifting))
     assert f6["F6d"].status == "PASS" and f6["F6d"].measured["no_qk"] == pytest.approx(0.825)

@@ -52,7 +52,9 @@ RunMeasure = Callable[[dict, int], float | None]  # (report run record, n_layer)
 def per_run(row: dict, measure: RunMeasure, what: str) -> float:
     """Mean over the variant's finished runs of ``measure`` (runs without it left out)."""
     found = [
-        x for r in finished(row) if (x := measure(r, int(row["params"]["n_layer"]))) is not None
+        x
+        for r in finished(row)
+        if (x := measure(r, int(row["params"].get("n_layer") or 0))) is not None
     ]
     if len(found) < MIN_SEEDS:
         raise too_few(row, len(found), f"finished runs with {what} logged")
