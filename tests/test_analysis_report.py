@@ -349,4 +349,4 @@ def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
     ]
     assert pre4["grad_norm"] == [4.0] * 4 and pre4["act_norm"] == [1.0, 2.0, 3.0, 4.0]
     assert pre4["last_fc2"] == 0.25 and pre4["series"] == "placement=pre"
-    assert set(report["plots"]) == {"grad_norm_init.png", "act_norm_init.png"}
+    assert set(report["plots"]) == {"init_grid.png", "grad_norm_init.png", "act_norm_init.png"}
