@@ -308,7 +308,7 @@ def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
     assert reproduce.over(more) == " over 2 launches" and reproduce.over(earlier) == ""
 
 
-@pytest.mark.parametrize("experiment", ["placements_depth", "f3_depth", "f11_admin"])
+@pytest.mark.parametrize("experiment", ["placements_depth", "f3_depth", "f11_admin", "vit_depth"])
 def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: str) -> None:
     cfg = reproduce.compose(experiment, [])
     grid, *more = reproduce.launch_overrides(cfg, ["seed=0"])
