@@ -165,7 +165,7 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     )
     v = by_id(evaluate("f12", still, {"max_steps": 1000}))
     assert v["F12a"].status == "NOT TESTABLE"
-    assert v["F12a"].note.startswith("NOT TESTABLE AT THIS SIZE: without z-loss log Z fell -0.40")
+    assert v["F12a"].note.startswith("NOT TESTABLE AT THIS SIZE: without z-loss log Z rose 0.40")
     assert "in 1000 steps" in v["F12a"].note and v["F12a"].measured["fall_top_lr"] == -0.4
     assert v["F12b"].status == "NOT TESTABLE" and v["F12c"].status == "PASS"
 

@@ -346,7 +346,7 @@ FINDINGS: dict[str, Finding] = {
         (
             Claim(
                 "F12a",
-                "Without z-loss log Z drifts away from 0 at high learning rates",
+                "Without z-loss log Z diverges (falls far below 0) at high learning rates",
                 WORTSMAN,
                 f12_log_z_drifts,
             ),

@@ -211,9 +211,10 @@ def no_divergence(report: dict, lr: float, **arm: Any) -> str | None:
     fall = per_run(variant(report, lr=lr, **({Z: 0.0} | arm)), log_z_fall, "logits/log_z")
     if fall >= DRIFT:
         return None
+    moved = f"rose {-fall:.2f} nats (as the softmax sharpens)" if fall < 0 else f"fell {fall:.2f}"
     return (
-        f"without z-loss log Z fell {fall:.2f} nats over the run at lr {lr:g} (a negative fall "
-        "is a rise, as the softmax sharpens): no output-logit divergence for z-loss to act on"
+        f"without z-loss log Z {moved} over the run at lr {lr:g}: no output-logit divergence "
+        "for z-loss to act on"
     )
 
 
