@@ -386,7 +386,8 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim(
                 "F13c",
-                "With both interventions the loss is similar across orders of magnitude of lr",
+                "With qk-layernorm and z-loss together the loss is similar across orders of "
+                "magnitude of lr",
                 WORTSMAN,
                 f13_combined_flat,
             ),
