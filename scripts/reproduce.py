@@ -401,8 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"[bold]{finding.title}[/] — experiment={experiment}, {len(jobs)} runs -> {out}")
     finished_before = all_finished(out, dirs)
-    if not finished_before:
-        console.print(f"  estimate: ~{estimate_s(cfg, jobs, finding.kind) / 60:.1f} min {ESTIMATE}")
+    if not finished_before:  # the runs left to train: a resumed or widened sweep skips the rest
+        states = run_states(out, dirs)
+        left = [j for k, j in enumerate(jobs) if states.get(k, ("",))[0] not in FINISHED]
+        minutes = estimate_s(cfg, left, finding.kind) / 60
+        console.print(f"  estimate: ~{minutes:.1f} min for {len(left)} runs {ESTIMATE}")
     if args.dry_run:
         for k, job in enumerate(dirs):
             console.print(f"  #{k}: {job}", markup=False)
