@@ -49,7 +49,7 @@ from scripts.analysis.wandb_report import log_report  # noqa: E402
 from training.launch import die_with_parent, job_dir  # noqa: E402
 
 SIZES = ("cpu", "gpu")
-TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end")
+TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
 console = Console(soft_wrap=True)  # log files keep one line per message
 
 
