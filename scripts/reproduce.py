@@ -140,17 +140,18 @@ def all_finished(out: Path, dirs: list[str]) -> bool:
 
 
 # --- the time a sweep will take ----------------------------------------------------------------
-# A job's time ~ OVERHEAD_S + FLOPs / (RATE_FLOPS x torch threads) + LAYER_STEP_S x layer-steps,
-# fitted on the reference 2-core machine (docs/reproducing.md): a d=64 GPT step runs at ~59
-# GFLOP/s on one thread plus ~1.8 ms a layer (small matrices pay per call), and a run spends
-# OVERHEAD_S starting (imports, data, loggers), validating and closing. Native image sizes.
-RATE_FLOPS, LAYER_STEP_S, OVERHEAD_S = 59e9, 1.8e-3, 6.0
+# A job's time ~ OVERHEAD_S + STEP_S x steps + FLOPs / (RATE_FLOPS x torch threads) +
+# LAYER_STEP_S x layer-steps, on the reference 2-core machine (docs/reproducing.md): a d=64 GPT
+# step runs at ~59 GFLOP/s on one thread plus ~1.8 ms a layer (small matrices pay per call),
+# measured on bare steps; a run adds ~23 ms a step (optimizer, logging, probes) and ~6.5 s to
+# start and close, fitted to the suite's measured sweeps (within 20% for those over 5 minutes).
+RATE_FLOPS, LAYER_STEP_S, STEP_S, OVERHEAD_S = 59e9, 1.8e-3, 0.023, 6.5
 IMAGE_SIDE = {"digits": 8}  # data sources whose images keep their native size
 
 
-def job_work(cfg, job: list[str]) -> tuple[float, float]:
-    """(training FLOPs, layer-steps) of one job: 6 x block params x tokens plus attention, and
-    n_layer x steps; validation adds its batches at a third of a training step's cost."""
+def job_work(cfg, job: list[str]) -> tuple[float, float, float]:
+    """(training FLOPs, layer-steps, steps) of one job: 6 x block params x tokens plus attention
+    (and a BPE head), n_layer x steps; validation adds its batches at a third of a step's cost."""
     o = {k.lstrip("+~"): v for k, _, v in (item.partition("=") for item in job)}
 
     def get(key: str, default: float) -> float:
@@ -166,10 +167,11 @@ def job_work(cfg, job: list[str]) -> tuple[float, float]:
         context = (side // get("model.patch_size", 4)) ** 2 + 1
     else:
         context = get("model.block_size", 128)
-    per_token = 6 * 12 * layers * width * width + 12 * layers * context * width
+    vocab = get("data.vocab_size", 0) if cfg.data.get("tokenizer") == "bpe" else 0  # chars: ~0
+    per_token = 6 * 12 * layers * width * width + 12 * layers * context * width + 6 * vocab * width
     checks = steps / max(get("trainer.val_check_interval", 50), 1)
     val = 1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1)
-    return per_token * batch * context * steps * val, layers * steps * val
+    return per_token * batch * context * steps * val, layers * steps * val, steps
 
 
 def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
@@ -180,8 +182,9 @@ def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
     threads = int(cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // parallel))
     total = 0.0
     for job in jobs:
-        flops, layer_steps = job_work(cfg, job)
-        total += OVERHEAD_S + flops / (RATE_FLOPS * threads) + LAYER_STEP_S * layer_steps
+        flops, layer_steps, steps = job_work(cfg, job)
+        total += OVERHEAD_S + STEP_S * steps
+        total += flops / (RATE_FLOPS * threads) + LAYER_STEP_S * layer_steps
     return total / max(1, min(parallel, len(jobs)))
 
 

@@ -244,7 +244,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
 
 
 # --- the estimate, the progress lines, all findings -----------------------------------------------
-def test_estimate_counts_each_jobs_flops_and_layer_steps() -> None:
+def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
     cfg = reproduce.compose("f3_depth", [])
     jobs = reproduce.sweep_jobs(cfg, [])
     by_depth = {}
@@ -255,12 +255,13 @@ def test_estimate_counts_each_jobs_flops_and_layer_steps() -> None:
     # and validation adds 8 batches a third as costly every 50 steps: 1 + 8 x 8 / 3 / 400.
     val = 1 + 8 * 8 / 3 / 400
     per_token = 6 * 12 * 64 * 64 + 12 * 64 * 64
-    assert by_depth[3] == pytest.approx((3 * per_token * 16 * 64 * 400 * val, 3 * 400 * val))
+    assert by_depth[3] == pytest.approx((3 * per_token * 16 * 64 * 400 * val, 3 * 400 * val, 400))
     assert by_depth[12][0] == pytest.approx(4 * by_depth[3][0])
     # Two jobs at a time, one thread each.
     seconds = (
         sum(
             reproduce.OVERHEAD_S
+            + reproduce.STEP_S * 400
             + reproduce.job_work(cfg, j)[0] / reproduce.RATE_FLOPS
             + reproduce.job_work(cfg, j)[1] * reproduce.LAYER_STEP_S
             for j in jobs
@@ -268,6 +269,13 @@ def test_estimate_counts_each_jobs_flops_and_layer_steps() -> None:
         / 2
     )
     assert reproduce.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
+    # A BPE vocabulary adds its head: 6 x V x d FLOPs a token (F12: V = 1,024).
+    f12 = reproduce.compose("f12_z_loss", [])
+    job = reproduce.sweep_jobs(f12, [])[0]
+    plain = reproduce.job_work(reproduce.compose("f6_lr_sensitivity", []), job)[0] / 500
+    assert reproduce.job_work(f12, job)[0] / 1000 - plain == pytest.approx(
+        6 * 1024 * 64 * 16 * 64 * (1 + 20 * 8 / 3 / 1000), rel=0.02
+    )
 
 
 def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> None:
