@@ -133,11 +133,11 @@ def test_league_ranks_each_placement_at_its_best_lr(tmp_path: Path) -> None:
     # Post-LN at its best lr (3e-4: 3.1), Pre-LN and DeepNorm at theirs (1e-3: 2.61).
     assert v["P1"].measured["post"] == pytest.approx(3.1)
     assert v["P1"].measured["gap"] == pytest.approx(3.1 - 2.61)
-    assert v["P1"].measured["best_lr"] == {"post-12": 3e-4, "pre-12": 1e-3, "deepnorm-12": 1e-3}
-    assert "post-12 (0.0003)" in v["P1"].note  # Post-LN's best is the smallest lr swept
+    assert v["P1"].measured["best_lr"] == {"post-L12": 3e-4, "pre-L12": 1e-3, "deepnorm-L12": 1e-3}
+    assert "post-L12 (0.0003 of 0.0003..0.01)" in v["P1"].note  # its best is the smallest lr
     assert v["P7"].measured["loss"] == pytest.approx(2.51)  # nGPT at 1e-2, an edge too
     assert v["P7"].measured["below"] == pytest.approx(3.26 - 2.51)
-    assert "ngpt-12 (0.01)" in v["P7"].note
+    assert "ngpt-L12 (0.01 of 0.0003..0.01)" in v["P7"].note
     assert v["P2"].note == ""  # Pre-LN's best lies inside the grid
 
 

@@ -104,7 +104,7 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     best = min(scored, key=lambda x: (x[0], x[1]["params"]["lr"]))[1]
     lrs = sorted(r["params"]["lr"] for r in rows)
     chosen = {
-        "variant": "-".join(str(v) for v in params.values()) or "all",
+        "variant": "-".join(short(k, v) for k, v in params.items()) or "all",
         "best_lr": best["params"]["lr"],
         "lrs": lrs,
         "edge": best["params"]["lr"] in (lrs[0], lrs[-1]),
@@ -113,19 +113,27 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     return best
 
 
+def short(key: str, value: Any) -> str:
+    """A variant param as a verdict names it: post, L12, z_loss=0.0001."""
+    if isinstance(value, str):
+        return value
+    return f"L{value}" if key == "n_layer" else f"{key.split('.')[-1]}={value}"
+
+
 def note_lrs(verdict: Verdict, chosen: dict[str, dict]) -> Verdict:
     """Record in the verdict the best lr each variant it compared was taken at, and say which
     sit at an edge of the grid."""
     if not chosen:
         return verdict
     verdict.measured["best_lr"] = {k: c["best_lr"] for k, c in chosen.items()}
-    edges = [f"{k} ({c['best_lr']:g})" for k, c in chosen.items() if c["edge"]]
+    edges = [
+        f"{k} ({c['best_lr']:g} of {min(c['lrs']):g}..{max(c['lrs']):g})"
+        for k, c in chosen.items()
+        if c["edge"]
+    ]
     if edges:
-        grid = next(iter(chosen.values()))["lrs"]
-        verdict.note = (
-            f"best lr at an edge of the grid {min(grid):g}..{max(grid):g} for "
-            f"{', '.join(edges)}: its best may lie outside"
-        )
+        said = f"best lr at an edge of its grid for {', '.join(edges)}: its best may lie outside"
+        verdict.note = "; ".join(x for x in (verdict.note, said) if x)
     return verdict
 
 
