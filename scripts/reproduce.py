@@ -5,7 +5,7 @@
     python scripts/reproduce.py f2 --dry-run        # show the sweep and the claims, run nothing
     python scripts/reproduce.py f5 --out DIR trainer.max_steps=100   # extra Hydra overrides
     python scripts/reproduce.py f3 --publish docs/findings/f3   # also copy verdict, report, plots
-    python scripts/reproduce.py all --publish docs/findings     # every finding in turn (~90 min)
+    python scripts/reproduce.py all --publish docs/findings     # every finding in turn (~2 h)
 
 Findings: f1 (init probe, no training), f2 (warmup), f3 (depth; F4 is its shallow arm, alias f4),
 f5 (LayerNorm vs RMSNorm), vit (ViT depth), f6 (attention logits, QK-norm and LR sensitivity),
@@ -274,6 +274,11 @@ def cell(text: Any) -> str:
     return str(text).replace("|", "\\|")  # a pipe would end the table cell
 
 
+def said(measured: dict, note: str) -> str:
+    """A verdict's measured numbers, then its note (an edge of the grid, why not testable)."""
+    return "; ".join(x for x in (fmt(measured), note) if x)
+
+
 def over(record: dict) -> str:
     return f" over {record['launches']} launches" if record.get("launches", 1) > 1 else ""
 
@@ -298,8 +303,7 @@ def verdict_markdown(record: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for c in record["claims"]:
-        said = "; ".join(x for x in (fmt(c["measured"]), c["note"]) if x)
-        cells = [c["id"], f"{c['statement']} ({c['source']})", said]
+        cells = [c["id"], f"{c['statement']} ({c['source']})", said(c["measured"], c["note"])]
         cells += [c["threshold"] or "–", f"**{c['status']}**"]
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     if record["kind"] != "init_probe":
@@ -351,7 +355,7 @@ def show(verdicts: list[Verdict]) -> None:
     table = Table("claim", "statement", "measured", "threshold", "verdict")
     colors = {"PASS": "green", "FAIL": "red", "NOT TESTABLE": "blue", "NO DATA": "yellow"}
     for v in verdicts:
-        measured = "; ".join(x for x in (fmt(v.measured), v.note) if x)
+        measured = said(v.measured, v.note)
         table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
     console.print(table)
 
