@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 import models.gpt
 import train
-from tests.test_reliability import metric_rows
+from tests.helpers import metric_rows, signal_at_step
 from training.errors import ConfigError, Interrupted, Refused
 from training.launch import MAX_DIR_NAME, job_dir, path_safe
 from training.resume import keep_rows_below, read_checkpoint
@@ -145,20 +145,6 @@ def test_sweep_job_dirs_are_named_by_what_the_job_runs():
 
 
 # ---------------------------------------------------------------- signals
-
-
-def signal_at_step(monkeypatch, signum: int, at: int) -> None:
-    """Deliver ``signum`` to this process during training step ``at`` (as SLURM or Ctrl-C)."""
-    forward, calls = models.gpt.GPT.forward, {"train": 0}
-
-    def with_signal(self, idx, targets=None):
-        if self.training and targets is not None:
-            if calls["train"] == at:
-                os.kill(os.getpid(), signum)
-            calls["train"] += 1
-        return forward(self, idx, targets)
-
-    monkeypatch.setattr(models.gpt.GPT, "forward", with_signal)
 
 
 @pytest.mark.parametrize(

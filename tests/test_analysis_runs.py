@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scripts.analysis import runs
+from tests.helpers import find_cycle
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,26 +32,6 @@ def scripts_imports() -> dict[str, set[str]]:
                 found |= {a.name for a in node.names}
         graph[name] = found
     return {m: {i for i in deps if i in graph and i != m} for m, deps in graph.items()}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle in ``graph`` (a package importing its own submodules is none), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(module: str, path: list[str]) -> list[str] | None:
-        state[module] = 1
-        for dep in sorted(graph[module]):
-            if state.get(dep) == 1 and not dep.startswith(module + "."):
-                return [*path, module, dep]
-            if dep not in state and (cycle := visit(dep, [*path, module])):
-                return cycle
-        state[module] = 2
-        return None
-
-    for module in sorted(graph):
-        if module not in state and (cycle := visit(module, [])):
-            return cycle
-    return None
 
 
 def test_scripts_import_graph_has_no_cycle_and_runs_is_a_leaf() -> None:

@@ -7,7 +7,7 @@ import ast
 import sys
 
 from tests.conftest import ROOT
-from tests.test_analysis_runs import find_cycle
+from tests.helpers import find_cycle
 
 PACKAGES = ("models", "data", "training", "scripts")
 

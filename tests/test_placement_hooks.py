@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import train
-from tests.test_abuse import signal_at_step
+from tests.helpers import signal_at_step
 from training.errors import Interrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")

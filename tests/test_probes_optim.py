@@ -19,16 +19,10 @@ from models.gpt import GPT, GPTConfig
 from models.kernels import unfused
 from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
 from training.loggers import SECTIONS
+from training.optim import OptimConfig, build_adamw, lr_multiplier, z_loss_term
 from training.probes import PROBES, LossSpikes, ProbeConfig, probe_callbacks, sharpness
 from training.probes.sharpness import top_eigenvalue
-from training.task import (
-    LanguageModelTask,
-    OptimConfig,
-    build_adamw,
-    lr_multiplier,
-    param_groups,
-    z_loss_term,
-)
+from training.task import LanguageModelTask
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,7 +95,7 @@ def test_sharpness_equals_the_top_eigenvalue_of_the_explicit_hessian(norm):
     cfg = GPTConfig(vocab_size=5, block_size=4, n_layer=1, n_head=2, n_embd=4, norm=norm)
     model = GPT(GPTConfig(**{**cfg.__dict__, "qk_norm": True}))
     x, y = torch.randint(0, 5, (3, 4)), torch.randint(0, 5, (3, 4))
-    opt = build_adamw(param_groups(model, 0.1), OptimConfig(lr=1e-2))
+    opt = build_adamw(model, OptimConfig(lr=1e-2))
     for _ in range(3):  # a few steps, so Adam holds second moments
         _, loss = model(x, y)
         opt.zero_grad()
@@ -209,7 +203,7 @@ def test_z_loss_trains_on_ce_plus_z_and_logs_them_apart(tmp_path):
     z = 0.05 * torch.logsumexp(logits, -1).pow(2).mean()
     assert logger.value(0, "train/loss") == pytest.approx(float(ce), rel=1e-6)
     assert logger.value(0, "train/z_loss") == pytest.approx(float(z), rel=1e-5)
-    opt = build_adamw(param_groups(reference, cfg.weight_decay), cfg)
+    opt = build_adamw(reference, cfg)
     for group in opt.param_groups:
         group["lr"] = cfg.lr * lr_multiplier(0, cfg, 1)
     (F.cross_entropy(logits.flatten(0, 1), y.flatten()) + z).backward()

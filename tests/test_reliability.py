@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import errno
 import json
 import os
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 import train
+from tests.helpers import metric_rows
 from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
 from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below
@@ -23,20 +23,6 @@ from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
-    """(step, metric) -> the value as written; fails on a duplicate. Throughput is wall clock."""
-    out: dict[tuple[int, str], str] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            for key, value in row.items():
-                if key == "step" or not value or key.startswith(skip_prefix):
-                    continue
-                cell = (int(row["step"]), key)
-                assert cell not in out, f"{cell} logged twice"
-                out[cell] = value
-    return out
 
 
 def python(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

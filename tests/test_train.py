@@ -30,8 +30,9 @@ from training.divergence import DivergenceConfig
 from training.errors import ConfigError
 from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
+from training.optim import OPTIMIZERS, OptimConfig
 from training.probes import ProbeConfig
-from training.task import OPTIMIZERS, LanguageModelTask, OptimConfig, TrainTask, param_groups
+from training.task import LanguageModelTask, TrainTask
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -109,7 +110,7 @@ def test_unknown_key_and_wrong_data_kind_fail_with_one_line(tmp_path):
 def test_gpu_speed_settings_stay_off_the_cpu(monkeypatch):
     """Fused AdamW and TF32 are for GPUs: on CPU parameters and accelerators nothing changes."""
     model = nn.Linear(4, 4)
-    opt = OPTIMIZERS["adamw"](param_groups(model, 0.1), OptimConfig())
+    opt = OPTIMIZERS["adamw"](model, OptimConfig())
     assert opt.defaults["fused"] is None and len(opt.param_groups) == 2
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -18,8 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, is_dataclass
 
 import lightning.pytorch as L
 import numpy as np
@@ -28,146 +27,9 @@ from torch import nn
 
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
+from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
 
-
-def cosine_multiplier(progress: float, min_lr_ratio: float) -> float:
-    """Half a cosine from 1 down to ``min_lr_ratio`` as progress goes 0 -> 1."""
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def constant_multiplier(progress: float, min_lr_ratio: float) -> float:
-    return 1.0
-
-
-WSD_DECAY = 0.2  # the share of the post-warmup steps that wsd spends decaying
-
-
-def wsd_multiplier(progress: float, min_lr_ratio: float) -> float:
-    """Warmup-stable-decay (Hu et al. 2024, MiniCPM): 1 until the last WSD_DECAY of the run,
-    then a straight line down to ``min_lr_ratio`` at progress 1."""
-    start = 1.0 - WSD_DECAY
-    if progress <= start:
-        return 1.0
-    return 1.0 - (1.0 - min_lr_ratio) * (progress - start) / WSD_DECAY
-
-
-# Schedule after warmup: (progress in [0, 1], min_lr_ratio) -> lr multiplier.
-SCHEDULES: dict[str, Callable[[float, float], float]] = {
-    "cosine": cosine_multiplier,
-    "constant": constant_multiplier,
-    "wsd": wsd_multiplier,
-}
-
-
-@dataclass
-class OptimConfig:
-    name: str = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    warmup_steps: int = 0
-    schedule: str = "cosine"
-    min_lr_ratio: float = 0.1
-    strict_warmup: bool = False  # refuse (not clamp) a warmup longer than the run
-    z_loss: float = 0.0  # coefficient of mean(log Z^2) added to the loss (z_loss_term)
-    # Wortsman et al. 2023's independent weight decay: each step shrinks the weights by
-    # weight_decay x the schedule's multiplier, not x the lr (torch's AdamW: lr x weight_decay).
-    independent_wd: bool = False
-    momentum: float = 0.9  # sgd
-    nesterov: bool = False  # sgd
-
-    @property
-    def decay_per_lr(self) -> float:
-        """The weight_decay torch's AdamW gets: it multiplies it by the step's lr."""
-        return self.weight_decay / self.lr if self.independent_wd else self.weight_decay
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(float(b) for b in self.betas)  # a YAML list arrives as a list
-        if self.name not in OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer '{self.name}'; choose one of: {', '.join(OPTIMIZERS)}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ValueError(
-                f"unknown optim.schedule '{self.schedule}'; choose one of: {', '.join(SCHEDULES)}"
-            )
-        if not self.z_loss >= 0.0:
-            raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
-        values = (self.lr, self.weight_decay, self.eps, *self.betas, self.min_lr_ratio)
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError(
-                f"optim values must be finite numbers; got lr={self.lr}, weight_decay="
-                f"{self.weight_decay}, eps={self.eps}, betas={self.betas}"
-            )
-        if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(
-                f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "
-                f"lr={self.lr}, warmup_steps={self.warmup_steps}, min_lr_ratio={self.min_lr_ratio}"
-            )
-
-
-def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
-    """LR multiplier at optimizer step ``step`` (0-based).
-
-    Warmup: (step + 1) / warmup_steps for step < warmup_steps, so the first step already moves.
-    Then the schedule at progress (step - warmup_steps) / (total_steps - warmup_steps), clamped.
-    """
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
-    return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
-
-
-def z_loss_term(logits: torch.Tensor, coefficient: float) -> torch.Tensor:
-    """PaLM's auxiliary z-loss (Chowdhery et al. 2022; Wortsman et al. 2023):
-
-        coefficient * mean over positions of (log Z)^2,   log Z = logsumexp_v(logits_v)
-
-    It pulls the softmax's log partition function towards 0, so the output logits cannot drift.
-    """
-    return coefficient * logits.float().logsumexp(dim=-1).square().mean()
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices and embeddings (>=2-D); leave biases and norm gains (1-D) alone."""
-    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def build_adamw(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW; the fused CUDA implementation when every parameter is on a GPU."""
-    groups = list(groups)
-    params = [p for g in groups for p in g["params"]]
-    fused = True if params and all(p.is_cuda for p in params) else None
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
-
-
-def build_sgd(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
-    """SGD with (heavy-ball or Nesterov) momentum; its weight decay is torch's: an L2 term in
-    the gradient, so it passes through the momentum."""
-    return torch.optim.SGD(list(groups), lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
-
-
-def build_adafactor(groups: Iterable[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
-    """Adafactor (Shazeer & Stern 2018) as torch implements it: factored second moments, no
-    first moment, relative step off (the schedule gives the lr); weight decay lr x wd."""
-    return torch.optim.Adafactor(list(groups), lr=cfg.lr)
-
-
-# What stability studies compare (Wortsman et al. 2023 vary AdamW's eps and betas, which stay
-# optim.eps and optim.betas). Lion is not in torch; Muon (torch.optim.Muon) takes 2-D weights
-# only and would need a second optimizer for the rest.
-OPTIMIZERS: dict[str, Callable[[Iterable[dict], OptimConfig], torch.optim.Optimizer]] = {
-    "adamw": build_adamw,
-    "sgd": build_sgd,
-    "adafactor": build_adafactor,
-}
+__all__ = ["OPTIMIZERS", "OptimConfig", "lr_multiplier", "param_groups"]  # re-exported
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -345,9 +207,7 @@ class TrainTask(L.LightningModule):
         return self.units_seen / self.train_seconds if self.train_seconds > 0 else None
 
     def configure_optimizers(self):
-        optimizer = OPTIMIZERS[self.optim.name](
-            param_groups(self.model, self.optim.decay_per_lr), self.optim
-        )
+        optimizer = OPTIMIZERS[self.optim.name](self.model, self.optim)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_multiplier(step, self.optim, self.total_steps)
         )

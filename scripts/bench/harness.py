@@ -38,7 +38,7 @@ def raw_loop(cfg) -> None:
     device and precision, for trainer.max_steps steps."""
     from training.build import build_data, build_model, model_spec, set_threads
     from training.config import compile_mode, optim_config
-    from training.task import OPTIMIZERS, lr_multiplier, param_groups
+    from training.optim import OPTIMIZERS, lr_multiplier
 
     set_threads(cfg.num_threads)
     torch.use_deterministic_algorithms(bool(cfg.trainer.get("deterministic")))  # as the Trainer
@@ -50,7 +50,7 @@ def raw_loop(cfg) -> None:
     if compile_mode(cfg.compile):
         model.compile(mode=compile_mode(cfg.compile))
     optim, steps = optim_config(cfg, cfg.optim.warmup_steps), cfg.trainer.max_steps
-    opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
+    opt = OPTIMIZERS[optim.name](model, optim)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
     bf16 = "bf16" in str(cfg.trainer.precision)
     batches = iter(dm.train_dataloader())

@@ -174,7 +174,7 @@ def job_loop(overrides: list[str], labels: bool = False) -> tuple[Callable[[], N
 
     from training.build import build_data, build_model, model_spec, set_threads
     from training.config import optim_config
-    from training.task import OPTIMIZERS, param_groups
+    from training.optim import OPTIMIZERS
 
     cfg = compose_train_cfg(overrides)
     set_threads(cfg.num_threads)
@@ -183,7 +183,7 @@ def job_loop(overrides: list[str], labels: bool = False) -> tuple[Callable[[], N
     dm = build_data(cfg, spec)
     model = build_model(cfg, spec, dm)
     optim = optim_config(cfg, cfg.optim.warmup_steps)
-    opt = OPTIMIZERS[optim.name](param_groups(model, optim.weight_decay), optim)
+    opt = OPTIMIZERS[optim.name](model, optim)
     batches = iter(dm.train_dataloader())
     label = record_function if labels else lambda name: contextlib.nullcontext()
 

@@ -1,0 +1,57 @@
+"""Helpers more than one test file uses (test files import from here, never each other)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import models.gpt
+
+
+def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
+    """(step, metric) -> the value as written; fails on a duplicate. Throughput is wall clock."""
+    out: dict[tuple[int, str], str] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            for key, value in row.items():
+                if key == "step" or not value or key.startswith(skip_prefix):
+                    continue
+                cell = (int(row["step"]), key)
+                assert cell not in out, f"{cell} logged twice"
+                out[cell] = value
+    return out
+
+
+def signal_at_step(monkeypatch, signum: int, at: int) -> None:
+    """Deliver ``signum`` to this process during training step ``at`` (as SLURM or Ctrl-C)."""
+    forward, calls = models.gpt.GPT.forward, {"train": 0}
+
+    def with_signal(self, idx, targets=None):
+        if self.training and targets is not None:
+            if calls["train"] == at:
+                os.kill(os.getpid(), signum)
+            calls["train"] += 1
+        return forward(self, idx, targets)
+
+    monkeypatch.setattr(models.gpt.GPT, "forward", with_signal)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle in ``graph`` (a package importing its own submodules is none), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1 and not dep.startswith(module + "."):
+                return [*path, module, dep]
+            if dep not in state and (cycle := visit(dep, [*path, module])):
+                return cycle
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module, [])):
+            return cycle
+    return None
