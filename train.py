@@ -34,50 +34,46 @@ from omegaconf import DictConfig
 
 from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, preflight
-from training.summary import result_line
+from training.record import Status, result_line
 from training.sweep import for_the_sweeper, job_outcome
 
 if TYPE_CHECKING:
-    from training.rundir import Attempt
+    from training.rundir import RunDir
 
 # torch, Lightning and the harness that needs them load when a run starts, not before: --help,
 # shell completion and a bad command line answer in a fraction of a second.
 
 
-def fit(cfg: DictConfig, this: Attempt) -> dict:
-    """Build the run and fit it; wandb's run is closed with the outcome whatever happens."""
+def attempt(cfg: DictConfig) -> RunDir:
+    """Skip the run ``cfg`` describes when its dir holds a finished one, else resume or start
+    it; the run dir holds its record (summary.json), written whatever happens."""
     import lightning.pytorch as L
 
-    from training.build import build, set_threads
+    from training.build import build, set_threads, summary_fields
     from training.loggers import finish_wandb
+    from training.rundir import RunDir
 
-    try:
-        this.summary["threads"] = set_threads(cfg.num_threads)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        run = build(cfg, this)
-        with launch_scope(this.run_dir):
-            this.summary.update(run.fit())
-    finally:
-        finish_wandb(this.summary)
-    return {}
-
-
-def attempt(cfg: DictConfig) -> Attempt:
-    """Skip, resume or start the run ``cfg`` describes; the attempt holds its summary."""
-    from training.rundir import run_in_dir
-
-    this = run_in_dir(cfg, lambda this: fit(cfg, this))
-    if this.finished is None and this.rank_zero:
+    with RunDir(cfg, summary_fields(cfg)) as this:
+        if this.finished is not None:
+            return this
+        try:
+            this.record.results["threads"] = set_threads(cfg.num_threads)
+            L.seed_everything(cfg.seed, workers=True, verbose=False)
+            fitted = build(cfg, this)
+            with launch_scope(this.run_dir):
+                fitted.fit()
+        finally:
+            finish_wandb(this.summary)  # wandb's run closes with the outcome, whatever happens
+    if this.rank_zero:
         print(result_line(this.summary), flush=True)
-    if this.summary["status"] == "interrupted":
-        raise Interrupted(this.summary["interrupted_by"])
+    if this.record.status == Status.INTERRUPTED:
+        raise Interrupted(this.record.interrupted_by)
     return this
 
 
 def run(cfg: DictConfig) -> dict:
     """Run as configured and return the summary (also in <run_dir>/summary.json)."""
-    this = attempt(cfg)
-    return this.finished or this.summary
+    return attempt(cfg).summary
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -85,7 +81,7 @@ def run(cfg: DictConfig) -> dict:
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
     this = attempt(cfg)
-    return job_outcome(this.finished or this.summary, skipped=this.finished is not None)
+    return job_outcome(this.summary, skipped=this.finished is not None)
 
 
 if __name__ == "__main__":

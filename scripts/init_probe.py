@@ -23,11 +23,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file: make the project root importable
     sys.path.insert(0, str(ROOT))
 
-from training.build import build_data, model_config, model_spec, set_threads  # noqa: E402
+from training.build import (  # noqa: E402
+    build_data,
+    model_config,
+    model_spec,
+    set_threads,
+    summary_fields,
+)
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
 from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
 from training.launch import preflight  # noqa: E402
-from training.rundir import Attempt, run_in_dir  # noqa: E402
+from training.rundir import RunDir  # noqa: E402
 from training.sweep import job_outcome  # noqa: E402
 
 
@@ -47,22 +53,21 @@ def probe(cfg: DictConfig) -> dict:
         raise ConfigError(str(err)) from err
 
 
-def probe_in_dir(cfg: DictConfig, this: Attempt) -> dict:
-    set_threads(cfg.num_threads)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    result = probe(cfg)
-    write_probe_json(result, this.run_dir / "probe.json")
-    print(format_table(result), flush=True)
-    # The probed placements, not the config's placement node (it plays no part here).
-    placements = ",".join(cfg.init_probe.placements)
-    return {**result, "status": "completed", "steps": 0, "placement": placements}
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
-    this = run_in_dir(cfg, lambda this: probe_in_dir(cfg, this))
-    return job_outcome(this.finished or this.summary, skipped=this.finished is not None)
+    with RunDir(cfg, summary_fields(cfg)) as this:
+        if this.finished is None:
+            set_threads(cfg.num_threads)
+            L.seed_everything(cfg.seed, workers=True, verbose=False)
+            result = probe(cfg)
+            write_probe_json(result, this.run_dir / "probe.json")
+            print(format_table(result), flush=True)
+            # The probed placements, not the config's placement node (it plays no part here).
+            placements = ",".join(cfg.init_probe.placements)
+            this.record.results.update(result, steps=0, placement=placements)
+            this.record.complete()
+    return job_outcome(this.summary, skipped=this.finished is not None)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,9 @@ def test_nan_loss_stops_at_that_step_and_leaves_no_good_checkpoint(tmp_path):
     div = Divergence()
     trainer, _ = fit(task, [div, ckpt, fixed], 8, tmp_path)
     assert div.status == "diverged" and div.diverged_at_step == 2
-    assert task.status == "diverged" and task.diverged_at_step == 2
+    # a module without a record of its own gets one, which the callback reports to
+    assert task.record.status == "diverged" and task.record.diverged_at_step == 2
+    assert task.record.divergence_reason == "non-finite gradient"  # seen before the loss
     assert task.steps_run == 3  # steps 0, 1, 2 and no more
     assert all(torch.isfinite(p).all() for p in task.model.parameters())  # NaN step skipped
     # untracked files (saved after steps 0 and 1) stay; the tracked latest and last are set aside
@@ -196,7 +198,7 @@ def test_nan_loss_stops_at_that_step_and_leaves_no_good_checkpoint(tmp_path):
     assert fixed.best_model_path.endswith("last.diverged.ckpt")
     saved = torch.load(tmp_path / "ckpt" / "last.diverged.ckpt", weights_only=False)
     states = [s for k, s in saved["callbacks"].items() if k.startswith("Divergence")]
-    assert states[0]["status"] == "diverged" and states[0]["diverged_at_step"] == 2
+    assert set(states[0]) == {"ref_loss", "_first_losses"}  # the outcome is the record's
 
 
 def test_huge_learning_rate_diverges_early(tmp_path):
@@ -206,7 +208,7 @@ def test_huge_learning_rate_diverges_early(tmp_path):
     trainer, _ = fit(task, [div], 20, tmp_path)
     assert div.status == "diverged" and div.diverged_at_step is not None
     assert task.steps_run == div.diverged_at_step + 1 < 20
-    assert task.diverged_at_step == div.diverged_at_step
+    assert task.record.diverged_at_step == div.diverged_at_step
 
 
 def test_a_healthy_run_completes(tmp_path):

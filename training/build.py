@@ -36,12 +36,13 @@ from training.config import (
     node_to,
     optim_config,
 )
-from training.divergence import Divergence, DivergenceConfig
+from training.divergence import DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
 from training.mfu import utilization
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary
+from training.record import RunRecord, Status
 from training.resume import (
     AtomicCheckpointIO,
     ResumeCheckpoint,
@@ -49,7 +50,7 @@ from training.resume import (
     default_every_n_steps,
     metrics_cut,
 )
-from training.rundir import Attempt
+from training.rundir import RunDir
 from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -74,6 +75,7 @@ class ModelSpec:
     data_config: type
     datamodule: Callable[[Any, DictConfig], L.LightningDataModule]  # (data config, run config)
     data_fields: Callable[[Any], dict]  # model config fields read off the prepared datamodule
+    summary_fields: tuple[str, ...]  # the results summary.json holds for this kind of model
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -85,6 +87,7 @@ MODELS: dict[str, ModelSpec] = {
         TextDataConfig,
         lambda d, cfg: TextDataModule(d, cfg.model.block_size, cfg.data.batch_size, cfg.seed),
         lambda dm: {"vocab_size": dm.vocab_size},
+        ("final_val_bpb", "best_val_bpb", "tokens_per_s"),
     ),
     "vit": ModelSpec(
         ViTConfig,
@@ -98,6 +101,7 @@ MODELS: dict[str, ModelSpec] = {
             "in_chans": dm.in_chans,
             "num_classes": dm.num_classes,
         },
+        ("final_val_acc", "best_val_acc", "samples_per_s"),
     ),
 }
 
@@ -113,6 +117,12 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
             f"{cfg.data.kind} data; pick a data=... option of kind {spec.data_kind}"
         )
     return spec
+
+
+def summary_fields(cfg: DictConfig) -> tuple[str, ...]:
+    """The model kind's own summary fields (none for an unknown kind: the build refuses it)."""
+    spec = MODELS.get(cfg.model.name) if isinstance(cfg.model.name, str) else None
+    return spec.summary_fields if spec is not None else ()
 
 
 def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
@@ -302,43 +312,44 @@ def set_threads(num_threads: int | None) -> int:
 # --- the run ---------------------------------------------------------------------------------
 @dataclass
 class Run:
-    """A built run: fit it with ``fit()``, which returns the task's part of summary.json."""
+    """A built run; ``fit()`` trains it and puts what it measured into the run's record."""
 
     task: TrainTask
     datamodule: L.LightningDataModule
     trainer: L.Trainer
     ckpt_path: Path | None
 
-    def fit(self) -> dict:
+    @property
+    def record(self) -> RunRecord:
+        return self.task.record
+
+    def fit(self) -> None:
         """Train (or continue), then validate and checkpoint the final weights unless the run
         diverged or was interrupted (a diverged run keeps no checkpoint that looks final)."""
-        trainer, task = self.trainer, self.task
+        trainer, task, record = self.trainer, self.task, self.record
         trainer.fit(task, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
         resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)
-        divergence = next((c for c in trainer.callbacks if isinstance(c, Divergence)), None)
-        interrupted = resume.interrupted if resume is not None else None
-        if interrupted is not None:
-            task.status = "interrupted"
-        healthy = task.status == "completed"
-        if healthy and task.last_val_step != trainer.global_step:
+        if resume is not None and resume.interrupted is not None:
+            record.interrupt(resume.interrupted)
+        record.complete()  # the fit ran to its end, unless it diverged or was interrupted
+        if record.healthy and task.last_val_step != trainer.global_step:
             trainer.validate(task, datamodule=self.datamodule, verbose=False)
-        if healthy and resume is not None:
+        if record.healthy and resume is not None:
             resume.save(trainer, final=True)
         steps = trainer.global_step
-        if task.status == "diverged" and task.diverged_at_step is not None:
-            steps = task.diverged_at_step  # the healthy steps; the diverged one is not counted
-        reason = divergence.reason if divergence is not None else None
-        return {
-            **task.results(),
-            "steps": steps,
-            "divergence_reason": reason,
-            "interrupted_by": interrupted,
-            "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
-            **utilization(task.model, task.unit, task.throughput, str(trainer.precision)),
-            "derived": task.model.derived(),  # DeepNorm's alpha and beta, Admin's omegas
-            "fused_rmsnorm": kernel_used(),
-            **probe_summary(trainer.callbacks),  # loss_spikes
-        }
+        if record.status == Status.DIVERGED and record.diverged_at_step is not None:
+            steps = record.diverged_at_step  # the healthy steps; the diverged one is not counted
+        record.results.update(
+            {
+                **task.results(),
+                "steps": steps,
+                "precision": str(trainer.precision),  # what ran (Lightning's resolved setting)
+                **utilization(task.model, task.unit, task.throughput, str(trainer.precision)),
+                "derived": task.model.derived(),  # DeepNorm's alpha and beta, Admin's omegas
+                "fused_rmsnorm": kernel_used(),
+                **probe_summary(trainer.callbacks),  # loss_spikes
+            }
+        )
 
 
 def params(n: int) -> str:
@@ -362,7 +373,7 @@ def header_line(cfg: DictConfig, model: nn.Module, task: TrainTask, summary: dic
     )
 
 
-def build(cfg: DictConfig, attempt: Attempt) -> Run:
+def build(cfg: DictConfig, attempt: RunDir) -> Run:
     """Everything the fit needs, checked before the first step (bad input: ConfigError)."""
     run_dir, plan = attempt.run_dir, attempt.plan
     try:  # a bad name or value fails here, before any training
@@ -375,6 +386,7 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         model = build_model(cfg, spec, dm)
         optim = optim_config(cfg, warmup)
         task = spec.task(model, optim, total_steps=cfg.trainer.max_steps, seed=cfg.seed)
+        task.record = attempt.record  # the task and its callbacks report to the run's record
         if plan.ckpt is not None:
             check_fits(plan.ckpt_path, plan.ckpt, task)
         wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
@@ -384,25 +396,26 @@ def build(cfg: DictConfig, attempt: Attempt) -> Run:
         raise
     except BUILD_ERRORS as err:
         raise ConfigError(str(err)) from err
+    results = attempt.record.results
     if hasattr(dm, "lossy_tokenizer"):
-        attempt.summary["lossy_tokenizer"] = dm.lossy_tokenizer
+        results["lossy_tokenizer"] = dm.lossy_tokenizer
     # The loss of a model that learned nothing useful: the plots draw it as a reference line.
     if hasattr(dm, "unigram_loss"):
-        attempt.summary["unigram_loss"] = dm.unigram_loss
+        results["unigram_loss"] = dm.unigram_loss
     elif hasattr(dm, "num_classes"):
-        attempt.summary["chance_loss"] = math.log(dm.num_classes)
-    attempt.summary.update(
+        results["chance_loss"] = math.log(dm.num_classes)
+    results.update(
         params=model.num_params(),
         resumed_from_step=None if plan.ckpt is None else int(plan.ckpt["global_step"]),
         warmup_steps=optim.warmup_steps,
     )
     if any(isinstance(logger, WandbLogger) for logger in loggers):  # compare.py reads it back
-        attempt.summary["wandb_group"] = wandb_group(cfg)
+        results["wandb_group"] = wandb_group(cfg)
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / "vocab.json")
     if launched_as_rank_zero():
-        print(header_line(cfg, model, task, attempt.summary), flush=True)
+        print(header_line(cfg, model, task, results), flush=True)
     if mode:
         model.compile(mode=mode)
     return Run(task, dm, build_trainer(cfg, run_dir, loggers, callbacks), plan.ckpt_path)

@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from training.record import RunRecord, Status, record_of
+
 # Where a diverged run's last checkpoint goes, so none that looks final survives.
 CHECKPOINT_POLICIES = ("rename", "delete", "keep")
 
@@ -47,25 +49,36 @@ class Divergence(Callback):
     """Stops a run at the first optimizer step whose loss or gradient is non-finite, or whose loss
     exceeds ``loss_factor`` x the reference (the mean of the first ``ref_steps`` finite losses).
 
-    Contract: at that step s, ``status = "diverged"`` and ``diverged_at_step = s`` are set here and
-    on the module (through ``pl_module.mark_diverged(s)`` when it has one), and
-    ``trainer.should_stop`` ends the fit cleanly. Non-finite gradients skip the update (grads set
-    to None), so weights stay finite; under an fp16 GradScaler they are left to the scaler, which
-    skips such steps itself. The state is saved in every checkpoint. At the end of a diverged fit,
-    every file the checkpoint callbacks track (last, latest, top-k) is renamed to
-    ``<name>.diverged.ckpt`` (or deleted, or kept, per ``checkpoint``), so no file that looks like
-    a good model of this run survives under its usual name; the callbacks' paths follow the
-    rename. Otherwise ``status`` becomes "completed" when the fit ends.
+    Contract: at that step s the run's record (training/record.py) goes to diverged at s, with
+    the reason, through ``pl_module.mark_diverged(s, reason)`` (a module without one gets a
+    record of its own, ``pl_module.record``), and ``trainer.should_stop`` ends the fit cleanly.
+    Non-finite gradients skip the update (grads set to None), so weights stay finite; under an
+    fp16 GradScaler they are left to the scaler, which skips such steps itself. Only the check's
+    own state (the reference loss) is saved in checkpoints; the outcome travels with the record.
+    At the end of a diverged fit, every file the checkpoint callbacks track (last, latest,
+    top-k) is renamed to ``<name>.diverged.ckpt`` (or deleted, or kept, per ``checkpoint``), so
+    no file that looks like a good model of this run survives under its usual name; the
+    callbacks' paths follow the rename.
     """
 
     def __init__(self, cfg: DivergenceConfig | None = None) -> None:
         self.cfg = cfg or DivergenceConfig()
-        self.status = "running"
-        self.diverged_at_step: int | None = None
-        self.reason: str | None = None
+        self.record = RunRecord()  # the module's, from the fit's start
         self.ref_loss: float | None = None
         self._first_losses: list[float] = []
         self._step = 0
+        self._announced = False
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def diverged_at_step(self) -> int | None:
+        return self.record.diverged_at_step
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.record = record_of(pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._step = trainer.global_step
@@ -85,9 +98,9 @@ class Divergence(Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         reason, step = None, self._step
         if loss is None:  # the module skipped this step; it may have diverged on its own
-            if getattr(pl_module, "status", None) == "diverged":
-                reason = "the module marked the run diverged"
-                step = getattr(pl_module, "diverged_at_step", None)
+            if self.record.status == Status.DIVERGED:
+                reason = self.record.divergence_reason or "the module marked the run diverged"
+                step = self.record.diverged_at_step
                 step = self._step if step is None else step
         else:
             reason = self.check_loss(float(loss.detach()) * trainer.accumulate_grad_batches)
@@ -109,19 +122,20 @@ class Divergence(Callback):
         return None
 
     def mark(self, trainer, pl_module, step: int, reason: str) -> None:
-        if self.status != "diverged":
-            self.status, self.diverged_at_step, self.reason = "diverged", step, reason
-            rank_zero_info(f"diverged at step {step}: {reason}; stopping")
         mark_module = getattr(pl_module, "mark_diverged", None)
         if callable(mark_module):
-            mark_module(self.diverged_at_step)
-        elif getattr(pl_module, "status", None) != "diverged":
-            pl_module.status, pl_module.diverged_at_step = "diverged", self.diverged_at_step
+            mark_module(step, reason)
+        else:
+            self.record.diverge(step, reason)
+        if not self._announced:
+            self._announced = True
+            rank_zero_info(f"diverged at step {step}: {reason}; stopping")
         trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.status != "diverged":
-            self.status = "completed"
+        if self.record.status != Status.DIVERGED:
+            if not callable(getattr(pl_module, "mark_diverged", None)):
+                self.record.complete()  # a plain module: nobody else ends its record
             return
         if self.cfg.checkpoint == "keep" or not trainer.is_global_zero:
             return
@@ -149,9 +163,9 @@ class Divergence(Callback):
         return f"{stem}.diverged{ext}"
 
     def state_dict(self) -> dict:
-        keys = ("status", "diverged_at_step", "reason", "ref_loss", "_first_losses")
-        return {k: getattr(self, k) for k in keys}
+        return {"ref_loss": self.ref_loss, "_first_losses": self._first_losses}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        for key, value in state_dict.items():
-            setattr(self, key, value)
+        # Older checkpoints also hold status, step and reason: the record restores those.
+        self.ref_loss = state_dict.get("ref_loss")
+        self._first_losses = list(state_dict.get("_first_losses", []))

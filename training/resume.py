@@ -37,6 +37,8 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from training.record import record_of
+
 CHECKPOINT = "last.ckpt"
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
 DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM)
@@ -208,7 +210,8 @@ class ResumeCheckpoint(Checkpoint):
             else:
                 if step != self._saved_step:
                     self.save(trainer)
-                pl_module.status = "interrupted"  # the stop's extra validation is not a result
+                # the stop's extra validation is not a result
+                record_of(pl_module).interrupt(self.interrupted)
             return
         if step == self._saved_step or trainer.should_stop or step >= trainer.max_steps:
             return
@@ -228,7 +231,7 @@ class ResumeCheckpoint(Checkpoint):
             if trainer.state.fn == "fit" and not stopping:
                 self.save(trainer, val_done=True)
             if self.interrupted is not None:
-                pl_module.status = "interrupted"
+                record_of(pl_module).interrupt(self.interrupted)
 
     def save(self, trainer, val_done: bool = False, final: bool = False) -> None:
         """Write the checkpoint after every metric row it covers is on disk. ``final``: after

@@ -21,14 +21,14 @@ leaves a finished run's files exactly as they were.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,9 @@ from training.errors import (
     launched_as_rank_zero,
     signals_interrupt,
 )
+from training.record import RunRecord, finished, read_summary
 from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
-from training.summary import FINISHED, base_summary, read_summary, write_summary
 
 # Files of an attempt that a fresh start moves aside (compare skips checkpoints/).
 ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "metrics.csv", "summary.json", "probe.json")
@@ -131,7 +131,7 @@ def plan(run_dir: Path, resume: bool, ckpt_path: str | None, config: dict) -> Pl
     if not resume:
         return Plan(set_aside=True)
     summary = read_summary(run_dir / "summary.json")
-    if summary is not None and summary.get("status") in FINISHED:
+    if finished(summary):
         where = f"{run_dir} (a {summary['status']} run)"
         check_same_config(where, summary.get("run_config"), config, RERUN_FIX)
         return Plan(finished=summary)
@@ -197,24 +197,82 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
         OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml")
 
 
-@dataclass
-class Attempt:
-    """This process's attempt at the run ``cfg`` describes (see the module docstring)."""
+def initial_results(cfg: DictConfig, run_dir: Path, kind_fields: tuple[str, ...]) -> dict:
+    """The results summary.json holds whatever happens to the run: what it is, as configured
+    (even values of the wrong type: the run then fails on them), and every measurement unset;
+    ``kind_fields``: the model kind's own (its model spec's ``summary_fields``)."""
+    identity = {
+        "name": cfg.name,
+        "model": cfg.model.name,
+        "placement": cfg.placement.name,
+        "norm": cfg.norm.name,
+        "n_layer": cfg.model.n_layer,
+        "n_embd": cfg.model.n_embd,
+        "lr": cfg.optim.lr,
+        "warmup_steps": cfg.optim.warmup_steps,
+        "seed": cfg.seed,
+    }
+    results = {
+        k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in identity.items()
+    }
+    results.update(
+        steps=0,
+        final_train_loss=None,
+        final_val_loss=None,
+        best_val_loss=None,
+        wall_s=None,
+        run_dir=str(run_dir),
+        params=None,
+        resumed_from_step=None,
+    )
+    return {**results, **dict.fromkeys(kind_fields)}
 
-    cfg: DictConfig
-    rank_zero: bool = True
-    run_dir: Path = field(init=False)
-    settings: dict = field(init=False)
-    plan: Plan = field(init=False)
-    summary: dict = field(init=False)
-    started: float = field(default_factory=time.perf_counter)
 
-    def __post_init__(self) -> None:
-        self.run_dir = Path(self.cfg.run_dir)
-        self.settings = fingerprint(self.cfg)
+class RunDir:
+    """This process's attempt at the run ``cfg`` describes (see the module docstring):
+
+        with RunDir(cfg, kind_fields) as run:  # config checked, dir locked, plan made
+            if run.finished is None:           # else skipped: run.finished is its summary
+                ...                            # train, reporting to run.record
+        # leaving: the outcome (failed with the error, interrupted on a signal) goes into
+        # summary.json (rank zero) and the dir is released
+
+    A signal anywhere inside ends the block as ``Interrupted`` (exit 143 / 130).
+    """
+
+    def __init__(self, cfg: DictConfig, kind_fields: tuple[str, ...] = ()) -> None:
+        self.cfg = cfg
+        self.kind_fields = kind_fields
+        self.rank_zero = launched_as_rank_zero()
+        self.run_dir = Path(cfg.run_dir)
         self.lock = RunDirLock(self.run_dir)
+        self.record = RunRecord()
+        self.started = time.perf_counter()
+        self._signals = contextlib.ExitStack()
 
-    def open(self) -> Attempt:
+    def __enter__(self) -> RunDir:
+        from training.config import check_top_level
+
+        check_top_level(self.cfg)
+        self.settings = fingerprint(self.cfg)
+        self._signals.enter_context(signals_interrupt())
+        try:
+            self.open()
+        except BaseException:
+            self._signals.close()
+            raise
+        if self.finished is not None:
+            status = self.finished["status"]
+            print(f"skip {self.run_dir}: already {status} (resume=false reruns it)")
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            self.close(error)
+        finally:
+            self._signals.close()
+
+    def open(self) -> None:
         """Lock the dir (rank zero), decide the plan, prepare the dir if this attempt trains."""
         if self.rank_zero:
             try:
@@ -229,7 +287,8 @@ class Attempt:
                 raise
             except BUILD_ERRORS as err:  # an unreadable or missing checkpoint
                 raise ConfigError(str(err)) from err
-            self.summary = {**base_summary(self.cfg, self.run_dir), "run_config": self.settings}
+            results = initial_results(self.cfg, self.run_dir, self.kind_fields)
+            self.record.results = {**results, "run_config": self.settings}
             if self.plan.finished is None and self.rank_zero:
                 if self.plan.set_aside:
                     set_aside(self.run_dir)
@@ -237,11 +296,16 @@ class Attempt:
         except BaseException:
             self.lock.release()
             raise
-        return self
 
     @property
     def finished(self) -> dict | None:
+        """A finished run's summary, when this attempt skips it."""
         return self.plan.finished
+
+    @property
+    def summary(self) -> dict:
+        """What the run dir's summary.json holds (or will hold) after this attempt."""
+        return self.finished if self.finished is not None else self.record.summary()
 
     def check_data(self, identity: str | None) -> None:
         """Record the data's identity with the run's settings; a checkpoint trained on other
@@ -264,43 +328,18 @@ class Attempt:
             if self.finished is not None:
                 return
             if isinstance(error, Interrupted):  # data preparation, the final validation, ...
-                self.summary.update(status="interrupted", interrupted_by=error.signum)
-            elif error is not None and self.summary.get("status") != "interrupted":
-                self.summary.update(status="failed", error=f"{type(error).__name__}: {error}")
-            self.summary["wall_s"] = round(time.perf_counter() - self.started, 2)
+                self.record.interrupt(error.signum)
+            elif error is not None:
+                self.record.fail(error)
+            self.record.results["wall_s"] = round(time.perf_counter() - self.started, 2)
             if self.rank_zero:
                 # Whole or not at all: a signal during the write waits until it is done.
                 signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
                 try:
-                    write_summary(self.run_dir / "summary.json", self.summary)
+                    self.record.write(self.run_dir / "summary.json")
                 except OSError as err:
                     raise disk_error(err, self.run_dir / "summary.json") from err
                 finally:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         finally:
             self.lock.release()
-
-
-def run_in_dir(cfg: DictConfig, body: Callable[[Attempt], dict]) -> Attempt:
-    """The attempt ``cfg`` describes: skipped when its dir holds a finished run, else ``body``
-    runs with the dir locked and its result joins summary.json, which is written whatever
-    happens (status failed, with the error, when ``body`` raises; interrupted on a signal)."""
-    from training.config import check_top_level
-
-    check_top_level(cfg)
-    with signals_interrupt():  # a signal anywhere below: status interrupted, 143 / 130
-        this = Attempt(cfg, rank_zero=launched_as_rank_zero()).open()
-        if this.finished is not None:
-            this.close()
-            status = this.finished["status"]
-            print(f"skip {this.run_dir}: already {status} (resume=false reruns it)")
-            return this
-        error: BaseException | None = None
-        try:
-            this.summary.update(body(this))
-        except BaseException as err:
-            error = err
-            raise
-        finally:
-            this.close(error)
-    return this

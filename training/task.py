@@ -28,6 +28,7 @@ from torch import nn
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
+from training.record import RunRecord
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "lr_multiplier", "param_groups"]  # re-exported
 
@@ -102,8 +103,7 @@ class TrainTask(L.LightningModule):
         self.optim = optim
         self.total_steps = total_steps
         self.seed = seed
-        self.status = "completed"
-        self.diverged_at_step: int | None = None
+        self.record = RunRecord()  # the run dir's record, handed over by the build
         self.last_train_loss: float | None = None
         self.last_val_loss: float | None = None
         self.best_val_loss: float | None = None
@@ -135,10 +135,16 @@ class TrainTask(L.LightningModule):
         return self.model(inputs, targets)
 
     # --- training -------------------------------------------------------------------------
-    def mark_diverged(self, step: int) -> None:
-        if self.status != "diverged":
-            self.status = "diverged"
-            self.diverged_at_step = step
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def diverged_at_step(self) -> int | None:
+        return self.record.diverged_at_step
+
+    def mark_diverged(self, step: int, reason: str | None = None) -> None:
+        self.record.diverge(step, reason)
         self.trainer.should_stop = True
 
     def log_rows(self, metrics: dict[str, float], step: int) -> None:
@@ -186,7 +192,7 @@ class TrainTask(L.LightningModule):
                 rows["train/z_loss"] = float(z)
             self.log_rows(rows, self.global_step)
         if not math.isfinite(mean_loss):
-            self.mark_diverged(self.global_step)
+            self.mark_diverged(self.global_step, f"non-finite loss {mean_loss}")
             return None  # no backward: the optimizer finds no gradient and leaves the weights
         self.last_train_loss = mean_loss
         return loss if z_term is None else loss + z_term
@@ -243,7 +249,7 @@ class TrainTask(L.LightningModule):
         sums = self.reduced_val_sums()
         metrics = {"val/loss": sums["loss"] / sums["count"], **self.val_extras(sums)}
         self.log_dict(metrics, prog_bar=True, logger=False)  # progress bar, callback_metrics
-        if self.trainer.sanity_checking or self.status != "completed":
+        if self.trainer.sanity_checking or not self.record.healthy:
             return  # a diverged or interrupted run's extra validation is not a result
         # Logged at the number of optimizer steps taken, like train/loss (Lightning's own val
         # logging lands one step earlier during fit and one later after it).
@@ -266,8 +272,6 @@ class TrainTask(L.LightningModule):
     # --- resume: tracked results and RNG states travel with the checkpoint ------------------
     # (the datamodule saves its next step; the callbacks save their own state)
     TRACKED = (
-        "status",
-        "diverged_at_step",
         "last_train_loss",
         "last_val_loss",
         "last_val_step",
@@ -277,20 +281,22 @@ class TrainTask(L.LightningModule):
     )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["normlab_task"] = {k: getattr(self, k) for k in self.TRACKED}
+        tracked = {k: getattr(self, k) for k in self.TRACKED}
+        checkpoint["normlab_task"] = {**self.record.state(), **tracked}
         checkpoint["rng_states"] = rng_states()  # Lightning saves none of them
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        for key, value in checkpoint.get("normlab_task", {}).items():
-            setattr(self, key, value)
+        tracked = checkpoint.get("normlab_task", {})
+        self.record.load_state(tracked)
+        for key in self.TRACKED:
+            if key in tracked:
+                setattr(self, key, tracked[key])
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
 
     def results(self) -> dict:
-        """The task's part of summary.json."""
+        """The task's measurements for summary.json (the outcome is in its record)."""
         return {
-            "status": self.status,
-            "diverged_at_step": self.diverged_at_step,
             "final_train_loss": self.last_train_loss,
             "final_val_loss": self.last_val_loss,
             "best_val_loss": self.best_val_loss,

@@ -4,9 +4,9 @@ A run dir holds any of summary.json (status and results), metrics.csv (Lightning
 one sparse row per logged step), .hydra/config.yaml (the composed config) and probe.json (the
 init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
 
-Shared definitions live here once: the statuses a run can end in (FINISHED, defined with the
-record in training/summary.py), the one dict flattener, the one summary reader and the one
-log-log slope fit.
+Shared definitions live here once: the one dict flattener and the one log-log slope fit; the
+statuses a run can end in (FINISHED) and the summary reader are the run record's own
+(training/record.py), the definitions train.py writes with.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.summary import FINISHED  # noqa: F401 (the analysis modules import it from here)
+from training import record
+from training.record import FINISHED  # noqa: F401 (the analysis modules import it from here)
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
 # once with the record train.py writes; a failed run (config error, crash) says nothing about
@@ -146,11 +147,10 @@ def read_summary(run_dir: Path, warn: Warnings | None = None) -> dict[str, Any] 
     """A run's summary.json: None when there is none (running, or killed before writing it),
     {} when it cannot be read (being written, or cut); the run then counts as unfinished."""
     path = run_dir / "summary.json"
-    if not path.is_file():
-        return None
     warn = Warnings(quiet=True) if warn is None else warn  # an empty Warnings is falsy
-    summary = read_json(path, warn, f"run counted as {UNFINISHED}")
-    return summary or {}
+    return record.read_summary(
+        path, lambda why: warn.add(path, f"{why}; run counted as {UNFINISHED}")
+    )
 
 
 def status_of(summary: dict[str, Any] | None) -> str:

@@ -1,0 +1,184 @@
+"""The run record: how a run ended and what it measured; summary.json is its serialization.
+
+One ``RunRecord`` per attempt, owned by the run dir (training/rundir.py). The task holds it while
+it trains and every callback reports to it through its transitions:
+
+    running --diverge(step, reason)--> diverged     (the divergence check, the task's NaN loss)
+    running --interrupt(signum)------> interrupted  (SIGTERM / SIGINT; resumable from last.ckpt)
+    running --complete()-------------> completed    (the fit ended with neither of the above)
+    running --fail(error)------------> failed       (anything raised; the error is recorded)
+
+A transition out of a final state is ignored, so the first outcome stands (a run that diverged
+and then met a signal stays diverged). summary.json is written whatever happens, whole or not
+at all, and a finished run's file is never rewritten by a later attempt that does not train.
+Every reader of run dirs (resume, sweeps, scripts/analysis) reads it through ``read_summary``
+and tests it against ``FINISHED``. This module imports neither torch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class Status(str, Enum):
+    """A run's status; each compares equal to its string in summary.json ("completed", ...)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+    RUNNING = "running"  # in memory only: an attempt's file is written once it ends
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+# A run with one of these statuses is over: a rerun into its dir skips it.
+FINISHED = (Status.COMPLETED, Status.DIVERGED)
+# Every status a summary.json can hold.
+STATUSES = (*FINISHED, Status.INTERRUPTED, Status.FAILED)
+
+
+@dataclass
+class RunRecord:
+    """How the run ended (status and its details) and ``results``: every other summary field."""
+
+    status: Status = Status.RUNNING
+    diverged_at_step: int | None = None
+    divergence_reason: str | None = None
+    interrupted_by: int | None = None
+    error: str | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """Still training, or ended well: its validations are results."""
+        return self.status in (Status.RUNNING, Status.COMPLETED)
+
+    def diverge(self, step: int, reason: str | None = None) -> bool:
+        """Record divergence at optimizer step ``step``; False when already over."""
+        if self.status is not Status.RUNNING:
+            return False
+        self.status, self.diverged_at_step, self.divergence_reason = Status.DIVERGED, step, reason
+        return True
+
+    def interrupt(self, signum: int) -> None:
+        if self.healthy:
+            self.status, self.interrupted_by = Status.INTERRUPTED, int(signum)
+
+    def complete(self) -> None:
+        if self.status is Status.RUNNING:
+            self.status = Status.COMPLETED
+
+    def fail(self, error: BaseException) -> None:
+        if self.healthy:
+            self.status, self.error = Status.FAILED, f"{type(error).__name__}: {error}"
+
+    # --- resume: the outcome so far travels with each checkpoint ---------------------------
+    def state(self) -> dict[str, Any]:
+        return {"status": str(self.status), "diverged_at_step": self.diverged_at_step}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """A checkpoint's outcome so far; one written while healthy resumes running (older
+        checkpoints say "completed" for that)."""
+        if state.get("status") == Status.DIVERGED:
+            self.status, self.diverged_at_step = Status.DIVERGED, state.get("diverged_at_step")
+        else:
+            self.status, self.diverged_at_step = Status.RUNNING, None
+
+    # --- summary.json ----------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The record as summary.json holds it (a run still going counts as failed there: a
+        process that dies without closing its record leaves that behind)."""
+        status = Status.FAILED if self.status is Status.RUNNING else self.status
+        outcome = {
+            "diverged_at_step": self.diverged_at_step,
+            "divergence_reason": self.divergence_reason,
+            "interrupted_by": self.interrupted_by,
+        }
+        if self.error is not None:
+            outcome["error"] = self.error
+        return {"status": str(status), **self.results, **outcome}
+
+    def write(self, path: Path) -> None:
+        write_atomic(path, json.dumps(json_safe(self.summary()), indent=2) + "\n")
+
+
+def record_of(module: Any) -> RunRecord:
+    """The record a module trains under (a module built without one gets its own)."""
+    if not isinstance(getattr(module, "record", None), RunRecord):
+        module.record = RunRecord()
+    return module.record
+
+
+def read_summary(path: Path, on_error: Callable[[str], None] | None = None) -> dict | None:
+    """The summary.json at ``path``: None when there is none (running, or killed before it was
+    written), {} when it cannot be read (being written, or cut), with the reason passed to
+    ``on_error``; the run then counts as unfinished."""
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError) as err:
+        reason = f"unreadable JSON ({type(err).__name__})"
+    else:
+        if isinstance(summary, dict):
+            return summary
+        reason = "not a JSON dict"
+    if on_error is not None:
+        on_error(reason)
+    return {}
+
+
+def finished(summary: dict | None) -> bool:
+    return bool(summary) and summary.get("status") in FINISHED
+
+
+def json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity: they are written as null."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file and a rename: a kill or a full disk mid-write
+    leaves the previous file and no temporary one."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def result_line(summary: dict) -> str:
+    """The one line a finished run prints."""
+
+    def fmt(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.4f}"
+
+    acc = f" val_acc={fmt(summary['final_val_acc'])}" if "final_val_acc" in summary else ""
+    bpb = f" val_bpb={fmt(summary['final_val_bpb'])}" if summary.get("final_val_bpb") else ""
+    speed = ""
+    for unit in ("tokens", "samples"):
+        if summary.get(f"{unit}_per_s"):
+            speed = f" {unit}/s={summary[f'{unit}_per_s']:,.0f}"
+    mfu = f" mfu={summary['mfu']:.1%}" if summary.get("mfu") else ""
+    wall = f" wall={summary['wall_s']:.1f}s" if summary.get("wall_s") else ""
+    return (
+        f"val_loss={fmt(summary['final_val_loss'])}{bpb}{acc} status={summary['status']}"
+        f"{wall}{speed}{mfu} dir={summary['run_dir']}"
+    )
