@@ -2,18 +2,69 @@
 
 GPTConfig and ViTConfig inherit BlockConfig and add only what their inputs and outputs need
 (vocabulary and context; image, patches and classes). Every field is keyword-only, so a config
-reads the same whichever model it builds: ``GPTConfig(vocab_size=..., n_layer=..., norm=...)``.
+reads the same whichever model it builds. ``placement`` and ``norm`` are sub-configs holding
+exactly the keys of their yaml groups (conf/placement/*.yaml, conf/norm/*.yaml); a name alone
+stands for the group's defaults: ``GPTConfig(vocab_size=..., placement="deepnorm",
+norm=NormConfig(name="dyt", alpha=0.8))``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from torch import nn
 
 from models.activations import get_activation
 from models.init import check_init
 from models.norms import build_norm, check_causal_norm
 from models.placement import get_placement
+
+
+@dataclass(kw_only=True)
+class PlacementConfig:
+    """The placement group: which placement, and the constants some placements take."""
+
+    name: str = "pre"
+    alpha: float | None = None  # deepnorm: the residual scale; None: from the depth formula
+    beta: float | None = None  # deepnorm: the branch init gain; None: from the depth formula
+    mix_fraction: float = 0.25  # mix: share of leading Post-LN layers (Li et al. 2024)
+
+
+@dataclass(kw_only=True)
+class NormConfig:
+    """The norm group: which norm, and the options norms take (each uses the ones it knows)."""
+
+    name: str = "layernorm"
+    eps: float = 1e-5
+    alpha: float = 0.5  # dyt: init of the tanh scale a (Zhu et al. 2025)
+    groups: int = 8  # groupnorm: groups over n_embd, must divide it
+
+    def build(self, dim: int, name: str | None = None) -> nn.Module:
+        """This norm (or the registry's ``name``, e.g. its per-head norm) over ``dim`` features."""
+        return build_norm(name or self.name, dim, self.eps, alpha=self.alpha, groups=self.groups)
+
+
+def group_config(cls: type, value: Any) -> Any:
+    """A group's sub-config from itself, its name alone, or its fields as a dict."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        return cls(name=value)
+    if isinstance(value, dict):
+        return cls(**value)
+    raise TypeError(f"{cls.__name__} expected, or a name; got {value!r}")
+
+
+# Flat model fields of records written before placement and norm became sub-configs.
+FLAT_FIELDS = {
+    "deepnorm_alpha": ("placement", "alpha"),
+    "deepnorm_beta": ("placement", "beta"),
+    "mix_fraction": ("placement", "mix_fraction"),
+    "norm_eps": ("norm", "eps"),
+    "dyt_alpha": ("norm", "alpha"),
+    "norm_groups": ("norm", "groups"),
+}
 
 
 @dataclass(kw_only=True)
@@ -23,16 +74,10 @@ class BlockConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = True
-    placement: str = "pre"
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    norm: NormConfig = field(default_factory=NormConfig)
     init: str = "xavier"
     mlp_ratio: int = 4
-    deepnorm_alpha: float | None = None  # None: from the depth formula
-    deepnorm_beta: float | None = None
-    mix_fraction: float = 0.25  # placement=mix: share of leading Post-LN layers (Li et al. 2024)
-    dyt_alpha: float = 0.5  # norm=dyt: init of the tanh scale a (Zhu et al. 2025)
-    norm_groups: int = 8  # norm=groupnorm: groups over n_embd, must divide it
     qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
@@ -42,7 +87,24 @@ class BlockConfig:
     causal: ClassVar[bool] = False
     positive_fields: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> BlockConfig:
+        """The config a checkpoint or probe.json saved (``dataclasses.asdict``), older flat
+        records included."""
+        kwargs = {k: v for k, v in saved.items() if k not in FLAT_FIELDS}
+        for group in ("placement", "norm"):
+            node = kwargs.get(group, {})
+            node = {"name": node} if isinstance(node, str) else dict(node)
+            for key, (owner, name) in FLAT_FIELDS.items():
+                if owner == group and key in saved:
+                    node[name] = saved[key]
+            kwargs[group] = node
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in kwargs.items() if k in known})
+
     def __post_init__(self) -> None:
+        self.placement = group_config(PlacementConfig, self.placement)
+        self.norm = group_config(NormConfig, self.norm)
         for name in (*self.positive_fields, "n_layer", "n_head", "n_embd", "mlp_ratio"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -55,21 +117,17 @@ class BlockConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.norm_eps <= 0:
-            raise ValueError(f"norm.eps must be > 0, got {self.norm_eps}")
-        if not 0.0 <= self.mix_fraction <= 1.0:
-            raise ValueError(f"placement.mix_fraction must be in [0, 1], got {self.mix_fraction}")
+        if self.norm.eps <= 0:
+            raise ValueError(f"norm.eps must be > 0, got {self.norm.eps}")
+        fraction = self.placement.mix_fraction
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"placement.mix_fraction must be in [0, 1], got {fraction}")
         if self.causal:
-            check_causal_norm(self.norm)
-        build_norm(self.norm, self.n_embd, self.norm_eps, **self.norm_opts)  # bad options fail here
+            check_causal_norm(self.norm.name)
+        self.norm.build(self.n_embd)  # bad options fail here
         check_init(self.init)
         get_activation(self.activation)
-        get_placement(self.placement).check(self)
+        get_placement(self.placement.name).check(self)
 
     def check_model(self) -> None:
         """The model's own checks, after its integers and before the stack's other fields."""
-
-    @property
-    def norm_opts(self) -> dict[str, float]:
-        """Options every norm receives; each takes the ones it understands."""
-        return {"alpha": self.dyt_alpha, "groups": self.norm_groups}

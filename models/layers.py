@@ -10,7 +10,7 @@ from torch import nn
 
 from models.activations import get_activation
 from models.config import BlockConfig
-from models.norms import build_norm, get_norm
+from models.norms import get_norm
 from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
@@ -279,8 +279,8 @@ class Block(nn.Module):
     Mix-LN: the model gives its first layers Post-LN records and the rest Pre-LN records.
 
     A slot holds nn.Identity(), a norm (scaled for LNS) or a Gate, and s is 0 but for B2T, so
-    forward has no placement branches. Norm options (`norm_opts`: alpha for dyt, groups for
-    groupnorm) reach every norm; `qk_norm` (or the placement's QKV-norm) adds the per-head norm
+    forward has no placement branches. The norm config's options (alpha for dyt, groups
+    for groupnorm) reach every norm; `qk_norm` (or the placement's QKV-norm) adds the per-head norm
     named by the norm's registry entry. `layer` is the block's depth l, 1-based.
     """
 
@@ -301,11 +301,11 @@ class Block(nn.Module):
         scale = placement.norm_scale(layer) if placement.norm_scale else None
 
         def make_norm(dim: int) -> nn.Module:
-            norm = build_norm(cfg.norm, dim, cfg.norm_eps, **cfg.norm_opts)
+            norm = cfg.norm.build(dim)
             return norm if scale is None else ScaledNorm(norm, scale)
 
         def make_qk_norm(dim: int) -> nn.Module:
-            return build_norm(get_norm(cfg.norm).qk, dim, cfg.norm_eps, **cfg.norm_opts)
+            return cfg.norm.build(dim, get_norm(cfg.norm.name).qk)
 
         d = cfg.n_embd
         self.placement_name = placement.name  # per layer: Mix-LN's blocks say post or pre
@@ -345,7 +345,7 @@ class Block(nn.Module):
 
 def build_blocks(cfg: BlockConfig, placement: Placement, alpha: float) -> nn.ModuleList:
     """The n_layer Blocks of a model's config (Mix-LN: each layer's own placement)."""
-    placements = layer_placements(placement, cfg.n_layer, cfg.mix_fraction)
+    placements = layer_placements(placement, cfg.n_layer, cfg.placement.mix_fraction)
     return nn.ModuleList(
         Block(cfg, p, alpha, causal=cfg.causal, layer=i + 1) for i, p in enumerate(placements)
     )

@@ -24,7 +24,6 @@ from models import layers, ngpt
 from models.config import BlockConfig
 from models.init import apply_weight_norm, init_weights
 from models.layers import OmegaResidual
-from models.norms import build_norm
 from models.placement import Placement, get_placement, resolve_scales
 
 
@@ -51,15 +50,15 @@ class Stack(nn.Module):
     def build_stack(self, cfg: BlockConfig, n_out: int) -> None:
         """Sets alpha and beta (DeepNorm's, 1 otherwise), the blocks, the final norm and the
         scale on the model's n_out logits (nGPT's s_z, an identity otherwise)."""
-        placement = get_placement(cfg.placement)
+        placement = get_placement(cfg.placement.name)
         block_kind = BLOCKS[placement.block]
         self.on_sphere = block_kind.on_sphere
         self.alpha, self.beta = resolve_scales(
-            placement, cfg.n_layer, self.kind, cfg.deepnorm_alpha, cfg.deepnorm_beta
+            placement, cfg.n_layer, self.kind, cfg.placement.alpha, cfg.placement.beta
         )
         self.blocks = block_kind.build(cfg, placement, self.alpha)
         self.final_norm = (
-            build_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, **cfg.norm_opts)
+            cfg.norm.build(cfg.n_embd)
             if placement.final_norm
             else nn.Identity()
         )

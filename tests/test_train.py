@@ -20,11 +20,12 @@ from torch.utils.data import DataLoader
 
 import models.gpt
 import train
+from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT
 from models.norms import NORMS
 from models.placement import PLACEMENTS
 from tests.conftest import TINY_RUN
-from training.build import MODELS, NORM_KEYS, PLACEMENT_KEYS, allow_tf32
+from training.build import MODELS, allow_tf32
 from training.config import node_to, optim_config
 from training.divergence import DivergenceConfig
 from training.errors import ConfigError
@@ -68,9 +69,9 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
     cfg = compose_cfg([f"{group}={option}", *extra])
     assert cfg[group] is not None
     spec = MODELS[cfg.model.name]
-    # Every key of the model-facing groups must be a field the model config accepts.
-    node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config)
-    node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config)
+    # Every key of the model-facing groups must be a field of their sub-configs.
+    node_to(PlacementConfig, cfg.placement, "placement")
+    node_to(NormConfig, cfg.norm, "norm")
     node_to(dict, cfg.model, "model", drop=("name", "init_from"), fields_of=spec.config)
     node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
     optim_config(cfg, cfg.optim.warmup_steps)

@@ -26,6 +26,7 @@ from torch import nn
 
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
+from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.kernels import kernel_used
 from models.vit import ViT, ViTConfig
@@ -50,7 +51,7 @@ from training.resume import (
     default_every_n_steps,
     metrics_cut,
 )
-from training.rundir import RunDir
+from training.rundir import RunDir, flat_config
 from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -142,30 +143,37 @@ def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
     return dm
 
 
-# Group keys that carry a prefix in the model config; other keys keep their names.
-PLACEMENT_KEYS = {"name": "placement", "alpha": "deepnorm_alpha", "beta": "deepnorm_beta"}
-NORM_KEYS = {"name": "norm", "eps": "norm_eps", "alpha": "dyt_alpha", "groups": "norm_groups"}
-# Model config fields the placement and norm groups set, with where a user sets each: the same
-# field under model would be recorded and then overwritten by its group.
-OWNED = {
-    **{f: f"placement.{k}={{value}}" for k, f in PLACEMENT_KEYS.items()},
+# Model config fields set by a group of their own, with where a user sets each.
+OWNED = {"placement": "placement={value}", "norm": "norm={value}"}
+# The model fields placement and norm options were before they had groups of their own: set
+# under model, each is refused with where it belongs.
+MISPLACED = {
+    "deepnorm_alpha": "placement.alpha={value}",
+    "deepnorm_beta": "placement.beta={value}",
     "mix_fraction": "placement.mix_fraction={value}",
-    **{f: f"norm.{k}={{value}}" for k, f in NORM_KEYS.items()},
-    "placement": "placement={value}",
-    "norm": "norm={value}",
+    "norm_eps": "norm.eps={value}",
+    "dyt_alpha": "norm.alpha={value}",
+    "norm_groups": "norm.groups={value}",
 }
 
 
 def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
-    """Model config = model node + placement node + norm node + the fields the data decides."""
-    parts = (
-        node_to(
-            dict, cfg.model, "model", drop=("name", "init_from"), fields_of=spec.config, owned=OWNED
-        ),
-        node_to(dict, cfg.placement, "placement", renames=PLACEMENT_KEYS, fields_of=spec.config),
-        node_to(dict, cfg.norm, "norm", renames=NORM_KEYS, fields_of=spec.config),
+    """Model config = model node + the placement and norm nodes as its sub-configs + the
+    fields the data decides."""
+    fields = node_to(
+        dict,
+        cfg.model,
+        "model",
+        drop=("name", "init_from"),
+        fields_of=spec.config,
+        owned={**OWNED, **MISPLACED},
     )
-    return spec.config(**{k: v for part in parts for k, v in part.items()}, **spec.data_fields(dm))
+    return spec.config(
+        **fields,
+        placement=node_to(PlacementConfig, cfg.placement, "placement"),
+        norm=node_to(NormConfig, cfg.norm, "norm"),
+        **spec.data_fields(dm),
+    )
 
 
 def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
@@ -178,11 +186,12 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
     if spec.module is not GPT:
         raise ConfigError("model.init_from loads GPT-2 checkpoints: use it with model=gpt")
     model = GPT.from_hf(str(init_from))
-    loaded = dataclasses.asdict(model.cfg)
-    wanted = dataclasses.asdict(model_cfg)
-    names = {"norm_eps": "norm.eps", "placement": "placement", "norm": "norm"}
+    loaded = flat_config(dataclasses.asdict(model.cfg))
+    wanted = flat_config(dataclasses.asdict(model_cfg))
+    names = {"placement.name": "placement", "norm.name": "norm"}
     differ = [
-        f"{names.get(k, 'model.' + k)}={loaded[k]}"
+        f"{names.get(k, k if k.split('.')[0] in ('placement', 'norm') else 'model.' + k)}"
+        f"={loaded[k]}"
         for k in loaded
         if k in wanted and wanted[k] != loaded[k] and k != "vocab_size"
     ]

@@ -63,24 +63,21 @@ def node_to(
     node: Any,
     where: str,
     drop: Iterable[str] = (),
-    renames: dict[str, str] | None = None,
     fields_of: type | None = None,
     owned: dict[str, str] | None = None,
 ) -> Any:
     """The config node as ``cls(**kwargs)`` (``cls=dict``: the checked kwargs themselves, against
-    the fields of ``fields_of``). Keys are renamed by ``renames``; ``drop`` keys are skipped;
+    the fields of ``fields_of``). ``drop`` keys are skipped;
     ``owned`` keys are fields another group sets (key -> where it lives): refused, naming it."""
     schema = fields_of or cls
-    renames, owned = renames or {}, owned or {}
+    owned = owned or {}
     for key in node:
         if OmegaConf.is_config(node) and OmegaConf.is_missing(node, key):
             raise ConfigError(f"{where}.{key} must be set: add {where}.{key}=... to the command")
     values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
     hints = typing.get_type_hints(schema)
     valid = {f.name for f in dataclasses.fields(schema)}
-    accepted = sorted(
-        {k for k, f in renames.items() if f in valid} | (valid - set(renames.values()) - set(owned))
-    )
+    accepted = sorted(valid - set(owned))
     kwargs = {}
     for key, value in values.items():
         if key in drop:
@@ -88,18 +85,17 @@ def node_to(
         if key in owned:
             fix = owned[key].format(value=value)
             raise ConfigError(f"{where}.{key} is not read from {where}: set it as {fix}")
-        name = renames.get(key, key)
-        if name not in valid:
+        if key not in valid:
             raise ConfigError(
                 f"{where}.{key} is not a setting of {schema.__name__}{closest(key, accepted)}; "
                 f"valid keys: {', '.join(accepted)}"
             )
-        if not type_ok(value, hints[name]):
+        if not type_ok(value, hints[key]):
             raise ConfigError(
-                f"{where}.{key}={value!r} must be of type {type_name(hints[name])}; "
+                f"{where}.{key}={value!r} must be of type {type_name(hints[key])}; "
                 f"fix it on the command line ({where}.{key}=...)"
             )
-        kwargs[name] = value
+        kwargs[key] = value
     return kwargs if cls is dict else cls(**kwargs)
 
 
@@ -110,6 +106,7 @@ def record_defaults() -> dict[str, Any]:
     differs between the classes under one prefix (GPT and ViT) has none here."""
     from data.text import TextDataConfig
     from data.vision import ImageDataConfig
+    from models.config import NormConfig, PlacementConfig
     from models.gpt import GPTConfig
     from models.vit import ViTConfig
     from training.divergence import DivergenceConfig
@@ -119,6 +116,8 @@ def record_defaults() -> dict[str, Any]:
         ("optim", (OptimConfig,)),
         ("data", (TextDataConfig, ImageDataConfig)),
         ("model", (GPTConfig, ViTConfig)),
+        ("placement", (PlacementConfig,)),
+        ("norm", (NormConfig,)),
         ("divergence", (DivergenceConfig,)),
     ):
         for cls in classes:
@@ -129,6 +128,8 @@ def record_defaults() -> dict[str, Any]:
                     value = f.default_factory()
                 else:
                     continue
+                if dataclasses.is_dataclass(value):
+                    continue  # a group of its own (placement, norm), under its own prefix
                 found.setdefault(f"{prefix}.{f.name}", []).append(json.loads(json.dumps(value)))
     defaults = {k: v[0] for k, v in found.items() if all(x == v[0] for x in v)}
     defaults["kernels.fused"] = True

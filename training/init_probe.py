@@ -142,7 +142,7 @@ def sweep(
     for placement in placements:
         last_fc2_means = []
         for n_layer in depths:
-            cfg = replace(base, placement=placement, n_layer=n_layer)
+            cfg = replace(base, placement=replace(base.placement, name=placement), n_layer=n_layer)
             samples: list[dict] = []
             for seed in seeds:
                 torch.manual_seed(seed)

@@ -263,7 +263,7 @@ def bench_vit(bc: BenchConfig) -> list[Result]:
         return [skip("vit", "timm", f"timm not importable ({one_line(err)})")]
     fields, batch = VIT_SIZES[bc.size]
     torch.manual_seed(0)
-    ours = ViT(ViTConfig(**fields, num_classes=10, norm_eps=1e-6))  # timm's LayerNorm eps
+    ours = ViT(ViTConfig(**fields, num_classes=10, norm={"name": "layernorm", "eps": 1e-6}))
     ref = VisionTransformer(
         img_size=fields["image_size"],
         patch_size=fields["patch_size"],

@@ -8,24 +8,42 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import BlockConfig
+from models.config import BlockConfig, NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.layers import Block
 from models.norms import LayerNorm, RMSNorm
 from models.placement import PLACEMENTS, get_placement
 from models.vit import ViT, ViTConfig
 
-# mix_fraction 0.5: one Post-LN and one Pre-LN layer; 2 groups: GroupNorm over 8 features, since
-# groups of 2 normalize to +-1 and hide most of the input from Post-LN stacks.
-TINY = dict(n_layer=2, n_head=2, n_embd=16, mix_fraction=0.5, norm_groups=2)
+TINY = dict(n_layer=2, n_head=2, n_embd=16)
 TINY_GPT = dict(vocab_size=23, block_size=8, **TINY)
 TINY_VIT = dict(image_size=4, patch_size=2, **TINY)
+# Options of a placement or norm named by a string: mix_fraction 0.5, one Post-LN and one Pre-LN
+# layer; 2 groups, GroupNorm over 8 features, since groups of 2 normalize to +-1 and hide most
+# of the input from Post-LN stacks.
+PLACEMENT_OPTIONS = dict(mix_fraction=0.5)
+NORM_OPTIONS = dict(groups=2)
+
+
+def tiny_config(cls: type, base: dict, **kw) -> BlockConfig:
+    placement, norm = kw.pop("placement", "pre"), kw.pop("norm", "layernorm")
+    if isinstance(placement, str):
+        placement = PlacementConfig(name=placement, **PLACEMENT_OPTIONS)
+    if isinstance(norm, str):
+        norm = NormConfig(name=norm, **NORM_OPTIONS)
+    return cls(**{**base, **kw}, placement=placement, norm=norm)
+
+
+def gpt_config(**kw) -> GPTConfig:
+    return tiny_config(GPTConfig, TINY_GPT, **kw)
+
+
+def vit_config(**kw) -> ViTConfig:
+    return tiny_config(ViTConfig, TINY_VIT, **kw)
 
 
 def build(model_name: str, **kw) -> nn.Module:
-    if model_name == "gpt":
-        return GPT(GPTConfig(**{**TINY_GPT, **kw}))
-    return ViT(ViTConfig(**{**TINY_VIT, **kw}))
+    return GPT(gpt_config(**kw)) if model_name == "gpt" else ViT(vit_config(**kw))
 
 
 def batch(model_name: str, n: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

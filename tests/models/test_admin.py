@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
-from model_helpers import TINY_GPT, TINY_VIT, batch, build
+from model_helpers import batch, build, gpt_config, vit_config
 
-from models.gpt import GPT, GPTConfig
+from models.gpt import GPT
 from models.layers import OmegaResidual
-from models.vit import ViT, ViTConfig
+from models.vit import ViT
 
 
 def population_var(t: torch.Tensor) -> float:
@@ -79,14 +79,14 @@ def test_no_skip_starts_below_plain_post_ln(scale):
 
 def test_omegas_are_parameters_in_the_state_dict_and_learn():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY_GPT, placement="admin"))
+    model = GPT(gpt_config(placement="admin"))
     idx = batch("gpt")[0]
     model.profile_init(idx)
     state = model.state_dict()
     assert [k for k in state if "omega" in k] == [
         f"blocks.{i}.{s}_residual.omega" for i in range(2) for s in ("attn", "mlp")
     ]
-    fresh = GPT(GPTConfig(**TINY_GPT, placement="admin"))
+    fresh = GPT(gpt_config(placement="admin"))
     fresh.load_state_dict(state)  # a checkpoint carries them: no second profile needed
     torch.testing.assert_close(fresh(idx)[0], model(idx)[0])
     model(idx, idx)[1].backward()
@@ -96,7 +96,7 @@ def test_omegas_are_parameters_in_the_state_dict_and_learn():
 @pytest.mark.parametrize("placement", ["post", "pre", "deepnorm", "ngpt"])
 def test_profile_init_is_a_no_op_without_omegas(placement):
     torch.manual_seed(0)
-    model = ViT(ViTConfig(**TINY_VIT, placement=placement))
+    model = ViT(vit_config(placement=placement))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.profile_init(batch("vit")[0])
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import TINY_GPT, TINY_VIT, batch, build, randomize_small_params, refused
+from model_helpers import batch, build, gpt_config, randomize_small_params, refused, vit_config
 
+from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.norms import NORMS, per_token_norms
 from models.placement import PLACEMENTS
@@ -29,7 +30,7 @@ CAUSAL_VARIANTS = [
 @pytest.mark.parametrize("placement,norm,opts", CAUSAL_VARIANTS)
 def test_gpt_is_causal_for_every_variant(placement, norm, opts):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY_GPT, placement=placement, norm=norm, **opts)).eval()
+    model = GPT(gpt_config(placement=placement, norm=norm, **opts)).eval()
     randomize_small_params(model)
     idx = torch.randint(0, 23, (2, 8))
     base, _ = model(idx)
@@ -90,9 +91,9 @@ def block_params(d: int, n_head: int, ratio: int, norm: str, placement: str) -> 
 def stack_params(cfg, placement: str, n_out: int) -> int:
     """The blocks, the final norm and nGPT's logit scale s_z."""
     d, p = cfg.n_embd, PLACEMENTS[placement]
-    kinds = layer_kinds(placement, cfg.n_layer, cfg.mix_fraction)
-    total = sum(block_params(d, cfg.n_head, cfg.mlp_ratio, cfg.norm, k) for k in kinds)
-    total += norm_params(cfg.norm, d) * p.final_norm
+    kinds = layer_kinds(placement, cfg.n_layer, cfg.placement.mix_fraction)
+    total = sum(block_params(d, cfg.n_head, cfg.mlp_ratio, cfg.norm.name, k) for k in kinds)
+    total += norm_params(cfg.norm.name, d) * p.final_norm
     return total + (n_out if p.block == "normalized" else 0)
 
 
@@ -103,7 +104,7 @@ VIT_ALL = [(p, n) for p in sorted(PLACEMENTS) for n in sorted(NORMS)]
 @pytest.mark.parametrize("placement,norm", GPT_ALL)
 @pytest.mark.parametrize("tie", [True, False])
 def test_gpt_forward_backward_and_param_count(placement, norm, tie):
-    cfg = GPTConfig(**TINY_GPT, placement=placement, norm=norm, tie_weights=tie)
+    cfg = gpt_config(placement=placement, norm=norm, tie_weights=tie)
     model = GPT(cfg)
     V, T, d = cfg.vocab_size, cfg.block_size, cfg.n_embd
     expected = V * d + T * d + stack_params(cfg, placement, V) + (0 if tie else V * d)
@@ -135,7 +136,7 @@ def test_vit_forward_backward_and_param_count(placement, norm, pool):
 
 
 def test_vit_patchify_order():
-    model = ViT(ViTConfig(**{**TINY_VIT, "image_size": 4, "patch_size": 2}))
+    model = ViT(vit_config(**{"image_size": 4, "patch_size": 2}))
     img = torch.arange(16.0).reshape(1, 1, 4, 4)
     patches = model.patchify(img)
     torch.testing.assert_close(patches[0, 0], torch.tensor([0.0, 1.0, 4.0, 5.0]))
@@ -159,7 +160,7 @@ def test_invalid_configs_fail_with_fix(cfg_cls, kwargs, match):
 
 def test_unknown_placement_lists_choices():
     with pytest.raises(ValueError, match="deepnorm.*post.*pre"):
-        GPT(GPTConfig(**TINY_GPT, placement="middle"))
+        GPT(gpt_config(placement="middle"))
 
 
 # ---------------------------------------------------------------- weights and outputs pinned
@@ -187,10 +188,10 @@ PINNED = [
     ("gpt", {"placement": "deepnorm", "init": "gpt2", "tie_weights": False},
      (94.78162616082454, 97.58455095077453, 10.817308822639653),
      (2.367546865875738, 20.291701536202332, 0.01141156913414021)),
-    ("gpt", {"placement": "mix", "mix_fraction": 0.5, "norm": "dyt"},
+    ("gpt", {"placement": PlacementConfig(name="mix", mix_fraction=0.5), "norm": "dyt"},
      (98.8850462882674, 464.9367578839473, 12.501569305766987),
      (3.6142993410772633, 13.038954559589014, -0.004221482941081619)),
-    ("gpt", {"placement": "b2t", "norm": "groupnorm", "norm_groups": 4},
+    ("gpt", {"placement": "b2t", "norm": NormConfig(name="groupnorm", groups=4)},
      (79.3850462882674, 447.1867578839473, 10.565881826421487),
      (6.035985005131806, 20.900140285631707, 1.3018729408709535)),
     ("gpt", {"placement": "rezero", "activation": "relu"},

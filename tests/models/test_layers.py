@@ -6,11 +6,10 @@ import math
 
 import pytest
 import torch
-from model_helpers import TINY_GPT, build, randomize_small_params
+from model_helpers import build, gpt_config, randomize_small_params
 from torch import nn
 
 from models.activations import ACTIVATIONS
-from models.gpt import GPTConfig
 from models.layers import MLP, Attention
 from models.norms import DyT, LayerNorm, RMSNorm, build_norm
 
@@ -101,4 +100,4 @@ def test_gelu_variants_differ_and_models_take_the_activation():
         model = build(model_name, placement="pre", norm="layernorm", activation="relu")
         assert all(b.mlp.activation == "relu" for b in model.blocks)
     with pytest.raises(ValueError, match="choose model.activation from: gelu, gelu_tanh, relu"):
-        GPTConfig(**TINY_GPT, activation="swish")
+        gpt_config(activation="swish")

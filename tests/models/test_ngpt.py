@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 from model_helpers import (
-    TINY_GPT,
     attention,
     batch,
     block_cfg,
     build,
     gelu,
+    gpt_config,
     heads,
     linear,
     randomize_small_params,
@@ -20,7 +20,7 @@ from model_helpers import (
 )
 from torch import nn
 
-from models.gpt import GPT, GPTConfig
+from models.gpt import GPT
 from models.ngpt import NormalizedBlock
 from models.norms import NORMS
 
@@ -57,7 +57,7 @@ def test_normalized_block_equation(causal, bias):
 
 def test_scales_start_at_their_paper_values():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY_GPT, placement="ngpt"))
+    model = GPT(gpt_config(placement="ngpt"))
     b = model.blocks[0]
     torch.testing.assert_close(b.attn_alpha(), torch.full((16,), 0.05))
     torch.testing.assert_close(b.attn.q_norm.s_qk(), torch.ones(16))
@@ -94,7 +94,7 @@ def test_weights_start_on_the_sphere_and_return_after_a_step(model_name):
 def test_gpt_logits_are_scaled_cosines_and_states_unit():
     """With tied, unit-row embeddings and unit hidden states, z = s_z * cos(e_v, h)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY_GPT, placement="ngpt", bias=False))
+    model = GPT(gpt_config(placement="ngpt", bias=False))
     idx = batch("gpt")[0]
     states = []
     model.blocks[-1].register_forward_hook(lambda m, args, out: states.append(out))

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from model_helpers import TINY_GPT, TINY_VIT, randomize_norm_params, randomize_small_params
+from model_helpers import gpt_config, randomize_norm_params, randomize_small_params, vit_config
 from torch import nn
 
-from models.gpt import GPT, GPTConfig
+from models.config import NormConfig
+from models.gpt import GPT
 from models.norms import (
     NORMS,
     BatchNorm,
@@ -21,7 +22,7 @@ from models.norms import (
     build_norm,
     per_token_norms,
 )
-from models.vit import ViT, ViTConfig
+from models.vit import ViT
 
 
 def test_layernorm_matches_torch_layernorm():
@@ -76,12 +77,12 @@ def test_dyt_formula_and_alpha_option():
     x = torch.randn(3, 5, 12) * 4
     expected = norm.weight * torch.tanh(norm.alpha * x) + norm.bias
     torch.testing.assert_close(norm(x), expected)
-    model = GPT(GPTConfig(**TINY_GPT, norm="dyt", dyt_alpha=0.2, qk_norm=True))
+    model = GPT(gpt_config(norm=NormConfig(name="dyt", alpha=0.2), qk_norm=True))
     dyts = [m for m in model.modules() if isinstance(m, DyT)]
     assert len(dyts) == 2 * 2 * 2 + 1  # pre slots, q/k norms, final norm
     assert all(m.alpha.shape == (1,) and m.alpha.item() == pytest.approx(0.2) for m in dyts)
     with pytest.raises(ValueError, match=r"norm\.alpha must be > 0"):
-        GPTConfig(**TINY_GPT, norm="dyt", dyt_alpha=0.0)
+        gpt_config(norm=NormConfig(name="dyt", alpha=0.0))
 
 
 def test_groupnorm_one_group_is_layernorm():
@@ -114,8 +115,8 @@ def test_groupnorm_one_feature_per_group_leaves_beta():
 
 def test_groupnorm_groups_must_divide_width():
     with pytest.raises(ValueError, match=r"norm\.groups=5"):
-        GPTConfig(**{**TINY_GPT, "norm_groups": 5}, norm="groupnorm")
-    model = GPT(GPTConfig(**{**TINY_GPT, "norm_groups": 4}, norm="groupnorm"))
+        gpt_config(norm=NormConfig(name="groupnorm", groups=5))
+    model = GPT(gpt_config(norm=NormConfig(name="groupnorm", groups=4)))
     assert model.final_norm.groups == 4
 
 
@@ -146,7 +147,7 @@ def test_batchnorm_train_uses_batch_eval_uses_running_statistics():
 
 def test_vit_batchnorm_eval_is_per_sample():
     torch.manual_seed(0)
-    model = ViT(ViTConfig(**TINY_VIT, norm="batchnorm"))
+    model = ViT(vit_config(norm="batchnorm"))
     images = torch.randn(4, 1, 4, 4)
     model.train()
     model(images)  # one step of running statistics
@@ -167,7 +168,7 @@ def test_instancenorm_over_tokens_per_sample_and_feature():
 
 def test_none_is_identity_and_post_none_has_no_norms():
     assert isinstance(build_norm("none", 8), nn.Identity)
-    model = GPT(GPTConfig(**TINY_GPT, placement="post", norm="none"))
+    model = GPT(gpt_config(placement="post", norm="none"))
     assert sum(p.numel() for b in model.blocks for p in b.parameters() if p.ndim == 1) == (
         2 * (4 * 16 + 4 * 16 + 16)  # only Linear biases remain
     )
@@ -176,8 +177,8 @@ def test_none_is_identity_and_post_none_has_no_norms():
 @pytest.mark.parametrize("norm", ["batchnorm", "instancenorm"])
 def test_gpt_refuses_cross_token_norms(norm):
     with pytest.raises(ValueError, match="leaks future tokens.*layernorm.*model=vit"):
-        GPT(GPTConfig(**TINY_GPT, norm=norm))
-    ViT(ViTConfig(**TINY_VIT, norm=norm))  # fine without a causal mask
+        GPT(gpt_config(norm=norm))
+    ViT(vit_config(norm=norm))  # fine without a causal mask
 
 
 def test_norm_registry_metadata_and_unknown_name():
@@ -185,4 +186,4 @@ def test_norm_registry_metadata_and_unknown_name():
     assert NORMS["batchnorm"].mixes == {"batch", "sequence"}
     assert NORMS["instancenorm"].mixes == {"sequence"}
     with pytest.raises(ValueError, match="batchnorm.*dyt.*groupnorm.*instancenorm.*none"):
-        GPTConfig(**TINY_GPT, norm="weightnorm")
+        gpt_config(norm="weightnorm")

@@ -8,21 +8,22 @@ import pytest
 import torch
 from model_helpers import (
     NORM_REFS,
-    TINY_GPT,
-    TINY_VIT,
     attention,
     block_cfg,
     f,
     g,
     gelu,
+    gpt_config,
     heads,
     known_block,
     linear,
     ln,
     randomize_small_params,
+    vit_config,
 )
 from torch import nn
 
+from models.config import PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.layers import RESIDUALS, SLOTS, Block, Gate, ScaledNorm
 from models.norms import LayerNorm, RMSNorm
@@ -38,7 +39,7 @@ from models.placement import (
     resolve_scales,
 )
 from models.stack import BLOCKS
-from models.vit import ViT, ViTConfig
+from models.vit import ViT
 
 
 # ---------------------------------------------------------------- classic placements
@@ -70,7 +71,7 @@ def test_sandwich_equation():
 
 def test_peri_is_sandwich_with_final_norm():
     assert get_placement("peri") is PLACEMENTS["sandwich"]
-    assert isinstance(GPT(GPTConfig(**TINY_GPT, placement="peri")).final_norm, LayerNorm)
+    assert isinstance(GPT(gpt_config(placement="peri")).final_norm, LayerNorm)
 
 
 def test_b2t_equation():
@@ -91,7 +92,7 @@ def test_rezero_equation_with_trained_gates():
 
 def test_rezero_is_identity_at_init_and_gates_learn():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY_GPT, placement="rezero"))
+    model = GPT(gpt_config(placement="rezero"))
     assert isinstance(model.final_norm, nn.Identity)
     assert not any(isinstance(m, LayerNorm) for m in model.modules())
     x = torch.randn(2, 8, 16)
@@ -114,7 +115,8 @@ def test_mix_uses_post_in_exactly_the_first_layers(n_layer, fraction, n_post):
     kinds = [p.name for p in layer_placements(PLACEMENTS["mix"], n_layer, fraction)]
     assert kinds == ["post"] * n_post + ["pre"] * (n_layer - n_post)
     cfg = dict(vocab_size=5, block_size=4, n_head=1, n_embd=4, placement="mix")
-    model = GPT(GPTConfig(**cfg, n_layer=n_layer, mix_fraction=fraction))
+    mix = PlacementConfig(name="mix", mix_fraction=fraction)
+    model = GPT(GPTConfig(**{**cfg, "placement": mix}, n_layer=n_layer))
     for i, block in enumerate(model.blocks):
         post = i < n_post
         assert isinstance(block.attn_post, LayerNorm) == post, i
@@ -126,7 +128,7 @@ def test_mix_uses_post_in_exactly_the_first_layers(n_layer, fraction, n_post):
 
 def test_mix_fraction_and_slot_validation():
     with pytest.raises(ValueError, match=r"mix_fraction must be in \[0, 1\]"):
-        GPTConfig(**{**TINY_GPT, "mix_fraction": 1.5}, placement="mix")
+        gpt_config(placement=PlacementConfig(name="mix", mix_fraction=1.5))
     with pytest.raises(ValueError, match="layer_placements"):
         Block(block_cfg(), PLACEMENTS["mix"])
     with pytest.raises(ValueError, match="slot kind"):
@@ -144,8 +146,8 @@ def test_mix_fraction_and_slot_validation():
      ("lns", LayerNorm), ("reorder", LayerNorm), ("hybrid", LayerNorm), ("ngpt", nn.Identity)],
 )  # fmt: skip
 def test_final_norm_where_the_stream_ends_unnormalized(placement, final):
-    assert isinstance(GPT(GPTConfig(**TINY_GPT, placement=placement)).final_norm, final)
-    assert isinstance(ViT(ViTConfig(**TINY_VIT, placement=placement)).final_norm, final)
+    assert isinstance(GPT(gpt_config(placement=placement)).final_norm, final)
+    assert isinstance(ViT(vit_config(placement=placement)).final_norm, final)
 
 
 @pytest.mark.parametrize(
@@ -162,16 +164,16 @@ def test_deepnorm_alpha_beta_formulas(n_layer, alpha, beta, kind):
 
 
 def test_deepnorm_model_alpha_and_overrides():
-    m = GPT(GPTConfig(**{**TINY_GPT, "n_layer": 6}, placement="deepnorm"))
+    m = GPT(gpt_config(**{"n_layer": 6}, placement="deepnorm"))
     assert m.alpha == pytest.approx(12**0.25) and m.beta == pytest.approx(48**-0.25)
     assert all(b.alpha == pytest.approx(12**0.25) for b in m.blocks)
-    m = GPT(GPTConfig(**TINY_GPT, placement="deepnorm", deepnorm_alpha=3.0, deepnorm_beta=0.5))
+    m = GPT(gpt_config(placement=PlacementConfig(name="deepnorm", alpha=3.0, beta=0.5)))
     assert (m.alpha, m.beta) == (3.0, 0.5)
     assert resolve_scales(PLACEMENTS["post"], 6, "decoder") == (1.0, 1.0)
     with pytest.raises(ValueError, match="placement=deepnorm"):
         resolve_scales(PLACEMENTS["post"], 6, "decoder", alpha=2.0)
     with pytest.raises(ValueError, match="> 0"):
-        GPT(GPTConfig(**TINY_GPT, placement="deepnorm", deepnorm_beta=0.0))
+        GPT(gpt_config(placement=PlacementConfig(name="deepnorm", beta=0.0)))
 
 
 # ---------------------------------------------------------------- placements since 2020
@@ -197,7 +199,7 @@ def test_lns_equation(norm, layer):
 
 
 def test_lns_scales_each_layer_and_not_the_final_norm():
-    model = GPT(GPTConfig(**{**TINY_GPT, "n_layer": 4}, placement="lns"))
+    model = GPT(gpt_config(**{"n_layer": 4}, placement="lns"))
     scales = [(b.attn_pre.scale, b.mlp_pre.scale) for b in model.blocks]
     # Hand-computed 1 / sqrt(l) for l = 1..4.
     expected = [1.0, 0.7071068, 0.5773503, 0.5]
@@ -246,9 +248,9 @@ REFUSALS = [
 @pytest.mark.parametrize("placement,field,value", REFUSALS)
 @pytest.mark.parametrize("model_name", ["gpt", "vit"])
 def test_refused_options_fail_with_one_line_naming_the_fix(model_name, placement, field, value):
-    cls, tiny = (GPTConfig, TINY_GPT) if model_name == "gpt" else (ViTConfig, TINY_VIT)
+    config = gpt_config if model_name == "gpt" else vit_config
     with pytest.raises(ValueError) as err:
-        cls(**tiny, placement=placement, **{field: value})
+        config(placement=placement, **{field: value})
     message = str(err.value)
     assert "\n" not in message and f"placement={placement}" in message, message
     assert f"model.{field}=" in message.split(":", 1)[1], message  # the fix names the field
