@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,9 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from data.text import TextDataConfig, TextDataModule
-from data.vision import ImageDataConfig, ImageDataModule
 from models.config import NormConfig, PlacementConfig
-from models.gpt import GPT, GPTConfig
+from models.gpt import GPT
 from models.kernels import kernel_used
-from models.vit import ViT, ViTConfig
 from training.config import (
     check_run_length,
     compile_mode,
@@ -37,7 +33,7 @@ from training.config import (
     node_to,
     optim_config,
 )
-from training.divergence import DivergenceConfig
+from training.divergence import Divergence, DivergenceConfig
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
 from training.mfu import utilization
@@ -52,7 +48,8 @@ from training.resume import (
     metrics_cut,
 )
 from training.rundir import RunDir, flat_config
-from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
+from training.specs import MODELS, ModelSpec, model_spec, summary_fields  # noqa: F401 (importable here)
+from training.task import TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
@@ -64,66 +61,6 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 # Lightning's info lines (GPU/TPU availability, tips, "fit stopped: max_steps reached"): the
 # header line and the final line say what a run is and how it ended.
 logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-
-
-# --- what each model needs: its config and module, its task, and the data family it reads ----
-@dataclass(frozen=True)
-class ModelSpec:
-    config: type
-    module: Callable[[Any], nn.Module]
-    task: type[TrainTask]
-    data_kind: str  # the `kind` key of the data configs it accepts
-    data_config: type
-    datamodule: Callable[[Any, DictConfig], L.LightningDataModule]  # (data config, run config)
-    data_fields: Callable[[Any], dict]  # model config fields read off the prepared datamodule
-    summary_fields: tuple[str, ...]  # the results summary.json holds for this kind of model
-
-
-MODELS: dict[str, ModelSpec] = {
-    "gpt": ModelSpec(
-        GPTConfig,
-        GPT,
-        LanguageModelTask,
-        "text",
-        TextDataConfig,
-        lambda d, cfg: TextDataModule(d, cfg.model.block_size, cfg.data.batch_size, cfg.seed),
-        lambda dm: {"vocab_size": dm.vocab_size},
-        ("final_val_bpb", "best_val_bpb", "tokens_per_s"),
-    ),
-    "vit": ModelSpec(
-        ViTConfig,
-        ViT,
-        ImageClassificationTask,
-        "image",
-        ImageDataConfig,
-        lambda d, cfg: ImageDataModule(d, cfg.data.batch_size, cfg.seed),
-        lambda dm: {
-            "image_size": dm.image_size,
-            "in_chans": dm.in_chans,
-            "num_classes": dm.num_classes,
-        },
-        ("final_val_acc", "best_val_acc", "samples_per_s"),
-    ),
-}
-
-
-def model_spec(cfg: DictConfig) -> ModelSpec:
-    name = cfg.model.name
-    if name not in MODELS:
-        raise ConfigError(f"unknown model.name '{name}'; choose one of: {', '.join(MODELS)}")
-    spec = MODELS[name]
-    if cfg.data.kind != spec.data_kind:
-        raise ConfigError(
-            f"model={name} trains on {spec.data_kind} data but the data config holds "
-            f"{cfg.data.kind} data; pick a data=... option of kind {spec.data_kind}"
-        )
-    return spec
-
-
-def summary_fields(cfg: DictConfig) -> tuple[str, ...]:
-    """The model kind's own summary fields (none for an unknown kind: the build refuses it)."""
-    spec = MODELS.get(cfg.model.name) if isinstance(cfg.model.name, str) else None
-    return spec.summary_fields if spec is not None else ()
 
 
 def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
@@ -261,7 +198,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Call
     callbacks.append(WandbMetrics())
     probes = node_to(ProbeConfig, cfg.get("probes") or {}, "probes")
     divergence = node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence")
-    callbacks += probe_callbacks(probes, divergence)
+    callbacks += probe_callbacks(probes)
+    callbacks.append(Divergence(divergence))  # after the probes: it may clear a gradient they read
     if cfg.trainer.get("enable_checkpointing", True):
         node = cfg.get("checkpoint") or {}
         every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)

@@ -29,19 +29,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.gpt import GPT, GPTConfig
-from models.vit import ViT, ViTConfig
+from models.gpt import GPTConfig
+from models.vit import ViTConfig
+from training.specs import spec_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 PER_LAYER = ("grad_norm/layer", "grad_norm/attn", "grad_norm/mlp", "grad_norm/fc2", "act_norm")
-
-
-def build_model(cfg: GPTConfig | ViTConfig) -> nn.Module:
-    if isinstance(cfg, GPTConfig):
-        return GPT(cfg)
-    if isinstance(cfg, ViTConfig):
-        return ViT(cfg)
-    raise ValueError(f"init_probe takes a GPTConfig or ViTConfig, got {type(cfg).__name__}")
 
 
 def grads_norm(params: Sequence[nn.Parameter]) -> float:
@@ -146,7 +139,7 @@ def sweep(
             samples: list[dict] = []
             for seed in seeds:
                 torch.manual_seed(seed)
-                model = build_model(cfg)
+                model = spec_of(cfg).module(cfg)
                 model.profile_init(batches[0][0])  # Admin's omegas, as training sets them
                 samples += [measure_at_init(model, x, y) for x, y in batches]
             run = {"placement": placement, "n_layer": n_layer, "n_samples": len(samples)}
@@ -169,18 +162,9 @@ def write_probe_json(result: dict, path: str | Path) -> Path:
 
 
 def random_batches(cfg: GPTConfig | ViTConfig, k: int, batch_size: int, seed: int) -> list[Batch]:
-    """K batches of uniform random tokens (next-token targets) or Gaussian images and labels."""
+    """K random batches for the model ``cfg`` describes (its spec's ``random_batch``)."""
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(k):
-        if isinstance(cfg, GPTConfig):
-            seq = torch.randint(0, cfg.vocab_size, (batch_size, cfg.block_size + 1), generator=g)
-            out.append((seq[:, :-1], seq[:, 1:]))  # (B, T) each
-        else:
-            shape = (batch_size, cfg.in_chans, cfg.image_size, cfg.image_size)
-            labels = torch.randint(0, cfg.num_classes, (batch_size,), generator=g)
-            out.append((torch.randn(shape, generator=g), labels))
-    return out
+    return [spec_of(cfg).random_batch(cfg, batch_size, g) for _ in range(k)]
 
 
 def format_table(result: dict) -> str:

@@ -25,8 +25,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.gpt import GPT, GPTConfig
-from models.vit import ViT, ViTConfig
 from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
 from training.record import RunRecord
 
@@ -72,8 +70,6 @@ class TrainTask(L.LightningModule):
     """
 
     unit = "samples"  # throughput/{unit}_per_s
-    model_class: type[nn.Module] = nn.Module  # what load_from_checkpoint rebuilds from its config
-    config_class: type = dict
 
     def __init__(
         self,
@@ -87,8 +83,10 @@ class TrainTask(L.LightningModule):
         if model is None:  # Task.load_from_checkpoint(path): rebuilt from the saved config
             if model_config is None:
                 raise ValueError("pass a model, or the model_config to build one from")
-            saved = getattr(self.config_class, "from_dict", self.config_class)  # older records too
-            model = self.model_class(saved(model_config))
+            from training.specs import spec_of  # the model kind this task trains
+
+            spec = spec_of(type(self))
+            model = spec.module(spec.config.from_dict(model_config))  # older records too
         optim = OptimConfig(**optim) if isinstance(optim, dict) else optim or OptimConfig()
         cfg = getattr(model, "cfg", None)
         # Saved in every checkpoint, so that it describes itself (plain values: safe to load).
@@ -311,7 +309,6 @@ class LanguageModelTask(TrainTask):
     compares runs across tokenizers."""
 
     unit = "tokens"
-    model_class, config_class = GPT, GPTConfig
     TRACKED = (*TrainTask.TRACKED, "last_val_bpb", "best_val_bpb")
     last_val_bpb: float | None = None
     best_val_bpb: float | None = None
@@ -347,7 +344,6 @@ class ImageClassificationTask(TrainTask):
     """Image classification; adds val/acc and tracks the best accuracy."""
 
     unit = "samples"
-    model_class, config_class = ViT, ViTConfig
     TRACKED = (*TrainTask.TRACKED, "best_val_acc", "last_val_acc")
 
     def __init__(self, *args, **kwargs) -> None:

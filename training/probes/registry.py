@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from training.divergence import Divergence, DivergenceConfig
 from training.probes.attention import AttnEntropy, MaxAttnLogit
 from training.probes.forward import ForwardMeasure, ForwardProbes
 from training.probes.gradients import GradNormProbe
@@ -29,6 +28,8 @@ class ProbeSpec:
     doc: str
     measure: type[ForwardMeasure] | None = None  # a measure of the shared forward pass, or
     callback: Callable[[int, ProbeConfig, object], Callback] | None = None  # its own callback
+    after_forward: bool = False  # its callback runs after the shared forward pass
+    default_on: bool = True  # whether a plain run (probes.enabled: null) runs it
 
 
 PROBES: dict[str, ProbeSpec] = {
@@ -57,6 +58,8 @@ PROBES: dict[str, ProbeSpec] = {
         callback=lambda every, cfg, batch: Sharpness(
             every, cfg.sharpness.iters, cfg.batch_size, batch
         ),
+        after_forward=True,  # both read theta_s at the step's start
+        default_on=False,  # costly: 2 x iters Hessian-vector products
     ),
     "loss_spikes": ProbeSpec(
         10,
@@ -64,8 +67,10 @@ PROBES: dict[str, ProbeSpec] = {
         callback=lambda every, cfg, batch: LossSpikes(every, cfg.spike_factor, cfg.spike_window),
     ),
 }
-# Costly probes a plain run leaves off: sharpness is 2 x iters Hessian-vector products.
-DEFAULT_OFF = ("sharpness",)
+
+
+def default_probes() -> list[str]:
+    return [name for name, spec in PROBES.items() if spec.default_on]
 
 
 @dataclass
@@ -79,9 +84,10 @@ class SharpnessConfig:
 
 @dataclass
 class ProbeConfig:
-    """Which probes run and how often. ``every`` overrides PROBES' default intervals by name."""
+    """Which probes run and how often. ``every`` overrides PROBES' default intervals by name;
+    ``enabled`` None: the registry's default probes."""
 
-    enabled: list[str] = field(default_factory=lambda: [n for n in PROBES if n not in DEFAULT_OFF])
+    enabled: list[str] | None = None
     every: dict[str, int] = field(default_factory=dict)
     batch_size: int = 8  # samples in the fixed probe batch
     sharpness: SharpnessConfig = field(default_factory=SharpnessConfig)
@@ -89,7 +95,8 @@ class ProbeConfig:
     spike_window: int = 100  # steps in that running median
 
     def __post_init__(self) -> None:
-        self.enabled, self.every = list(self.enabled), dict(self.every)
+        enabled = default_probes() if self.enabled is None else self.enabled
+        self.enabled, self.every = list(enabled), dict(self.every)
         unknown = sorted({n for n in (*self.enabled, *self.every) if n not in PROBES})
         if unknown:
             raise ValueError(f"unknown probe(s) {unknown}; choose from: {', '.join(PROBES)}")
@@ -115,30 +122,26 @@ class ProbeConfig:
 
 
 def probe_callbacks(
-    probes: ProbeConfig | None = None,
-    divergence: DivergenceConfig | None = None,
-    probe_batch: torch.Tensor | tuple | None = None,
+    probes: ProbeConfig | None = None, probe_batch: torch.Tensor | tuple | None = None
 ) -> list[Callback]:
     """The probe callbacks for ``probes.enabled`` in registry order (the gradient probe before
-    the forward pass), then Divergence (it may clear gradients, so it runs after the gradient
-    probe has read them)."""
+    the forward pass), the shared forward pass, then those that run after it."""
     probes = probes or ProbeConfig()
     on = [n for n in PROBES if n in probes.enabled]
-    callbacks: list[Callback] = [
-        PROBES[n].callback(probes.interval(n), probes, probe_batch)
-        for n in on
-        if PROBES[n].callback is not None and n != "sharpness"
-    ]
+
+    def callbacks_of(after_forward: bool) -> list[Callback]:
+        return [
+            PROBES[n].callback(probes.interval(n), probes, probe_batch)
+            for n in on
+            if PROBES[n].callback is not None and PROBES[n].after_forward == after_forward
+        ]
+
+    callbacks = callbacks_of(after_forward=False)
     measures = {n: PROBES[n].measure() for n in on if PROBES[n].measure is not None}
     if measures:
         every = {n: probes.interval(n) for n in measures}
         callbacks.append(ForwardProbes(measures, every, probes.batch_size, probe_batch))
-    if "sharpness" in on:  # after the forward probes: both read theta_s at the step's start
-        callbacks.append(
-            PROBES["sharpness"].callback(probes.interval("sharpness"), probes, probe_batch)
-        )
-    callbacks.append(Divergence(divergence))
-    return callbacks
+    return callbacks + callbacks_of(after_forward=True)
 
 
 def probe_summary(callbacks: list[Callback]) -> dict:
