@@ -57,11 +57,7 @@ class Stack(nn.Module):
             placement, cfg.n_layer, self.kind, cfg.placement.alpha, cfg.placement.beta
         )
         self.blocks = block_kind.build(cfg, placement, self.alpha)
-        self.final_norm = (
-            cfg.norm.build(cfg.n_embd)
-            if placement.final_norm
-            else nn.Identity()
-        )
+        self.final_norm = cfg.norm.build(cfg.n_embd) if placement.final_norm else nn.Identity()
         self.logit_scale = block_kind.logit_scale(n_out, cfg.n_embd)
 
     def init_stack(self, cfg: BlockConfig) -> None:

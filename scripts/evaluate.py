@@ -55,7 +55,7 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
 
     from training.build import build_data, model_spec, set_threads
     from training.errors import ConfigError
-    from training.resume import read_checkpoint, resume_state
+    from training.reliability.checkpoints import read_checkpoint, resume_state
 
     ckpt = ckpt or run_dir / "last.ckpt"
     if not ckpt.is_file():

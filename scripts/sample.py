@@ -51,7 +51,7 @@ def generate(
 def load_run(run_dir: Path) -> GPT:
     """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
     from training.errors import ConfigError
-    from training.resume import read_checkpoint
+    from training.reliability.checkpoints import read_checkpoint
     from training.task import LanguageModelTask
 
     path = run_dir / "last.ckpt"

@@ -18,7 +18,7 @@ from typing import Any
 
 import lightning.pytorch as L
 import torch
-from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -40,13 +40,9 @@ from training.mfu import utilization
 from training.ngpt import SphereWeights
 from training.probes import ProbeConfig, probe_callbacks, probe_summary
 from training.record import RunRecord, Status
-from training.resume import (
-    AtomicCheckpointIO,
-    ResumeCheckpoint,
-    check_fits,
-    default_every_n_steps,
-    metrics_cut,
-)
+from training.reliability.checkpoints import AtomicCheckpointIO, check_fits, metrics_cut
+from training.reliability.progress import StepProgressBar
+from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.rundir import RunDir, flat_config
 from training.specs import MODELS, ModelSpec, model_spec, summary_fields  # noqa: F401 (importable here)
 from training.task import TrainTask
@@ -147,22 +143,6 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
 
 
 # --- callbacks and trainer -------------------------------------------------------------------
-class StepProgressBar(RichProgressBar):
-    """Rich progress over optimizer steps (not micro-batches: with gradient accumulation a step
-    takes several), out of trainer.max_steps; the endless train loader has no epochs."""
-
-    @property
-    def total_train_batches(self) -> int:
-        return self.trainer.max_steps
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return "train steps"
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        self._update(self.train_progress_bar_id, trainer.global_step)
-
-
 class StepLines(Callback):
     """Progress as plain lines prefixed by the variant, every tenth of the run: what parallel
     sweep jobs print instead of progress bars, which would draw over each other."""

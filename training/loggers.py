@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from data.hub import reachable
-from training.resume import ResumableCSVLogger
+from training.reliability.metrics_csv import ResumableCSVLogger
 from training.settings import is_operational
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
@@ -138,7 +138,7 @@ def build_loggers(
     wandb_id: str | None = None,
 ) -> list[Logger]:
     """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from its
-    checkpoint's ``cut`` (training/resume.py) and the wandb run ``wandb_id``."""
+    checkpoint's ``cut`` (training/reliability/metrics_csv.py) and the wandb run ``wandb_id``."""
     node = cfg.get("logger") or {}
     loggers: list[Logger] = []
     for key in node:

@@ -44,7 +44,7 @@ from training.errors import (
     signals_interrupt,
 )
 from training.record import RunRecord, finished, read_summary
-from training.resume import CHECKPOINT, disk_error, read_checkpoint, resume_state
+from training.reliability.checkpoints import CHECKPOINT, disk_error, read_checkpoint, resume_state
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 
 # Files of an attempt that a fresh start moves aside (compare skips checkpoints/).

@@ -1,9 +1,10 @@
 """One spec per model kind: everything the harness needs to know about a model, in one place.
 
-A kind (``model.name``) names its config class and module, the task that trains it, the data
-family it reads (and the fields the prepared data decides), the results its summary.json holds,
-and how to draw a random batch for it (the init probe's). Adding a model kind is one entry in
-``MODELS``; nothing else maps names or classes to kinds.
+A kind (``model.name``) names the task that trains it (which names the model's module and
+config class, so that ``Task.load_from_checkpoint`` can rebuild it), the data family it reads
+(and the fields the prepared data decides), the results its summary.json holds, and how to draw
+a random batch for it (the init probe's). Adding a model kind is a task subclass and one entry
+in ``MODELS``; nothing else maps names or classes to kinds.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from torch import nn
 
 from data.text import TextDataConfig, TextDataModule
 from data.vision import ImageDataConfig, ImageDataModule
-from models.gpt import GPT, GPTConfig
-from models.vit import ViT, ViTConfig
+from models.gpt import GPTConfig
+from models.vit import ViTConfig
 from training.errors import ConfigError
 from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
@@ -42,9 +43,7 @@ def random_images(cfg: ViTConfig, batch_size: int, g: torch.Generator) -> Batch:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    config: type
-    module: Callable[[Any], nn.Module]
-    task: type[TrainTask]
+    task: type[TrainTask]  # names its model and config classes (load_from_checkpoint needs them)
     data_kind: str  # the `kind` key of the data configs it accepts
     data_config: type
     datamodule: Callable[[Any, DictConfig], L.LightningDataModule]  # (data config, run config)
@@ -52,11 +51,17 @@ class ModelSpec:
     summary_fields: tuple[str, ...]  # the results summary.json holds for this kind of model
     random_batch: Callable[[Any, int, torch.Generator], Batch]  # (config, size, generator)
 
+    @property
+    def config(self) -> type:
+        return self.task.config_class
+
+    @property
+    def module(self) -> Callable[[Any], nn.Module]:
+        return self.task.model_class
+
 
 MODELS: dict[str, ModelSpec] = {
     "gpt": ModelSpec(
-        GPTConfig,
-        GPT,
         LanguageModelTask,
         "text",
         TextDataConfig,
@@ -66,8 +71,6 @@ MODELS: dict[str, ModelSpec] = {
         random_tokens,
     ),
     "vit": ModelSpec(
-        ViTConfig,
-        ViT,
         ImageClassificationTask,
         "image",
         ImageDataConfig,

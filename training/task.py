@@ -6,8 +6,9 @@ throughput, best/last metric tracking and divergence; the two tasks add only wha
 
 Every metric row of optimizer step s (train/loss, lr, throughput, and the probes) reaches the
 loggers before the trainer's ``on_train_batch_end`` hooks run for that step, i.e. before a
-checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly the
-rows of steps below the checkpoint's step and logs the rest again (see training/resume.py).
+checkpoint taken there (global step s + 1) is written. A resumed run therefore keeps exactly
+the rows of steps below the checkpoint's step and logs the rest again (see
+training/reliability/resume.py).
 A validation after the run diverged (or was interrupted) is neither logged nor tracked.
 Randomness inside a step (dropout) is drawn from a generator reseeded from (seed, step, rank),
 so it does not depend on what ran before: a resumed run draws what an uninterrupted one draws.
@@ -25,6 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.gpt import GPT, GPTConfig
+from models.vit import ViT, ViTConfig
 from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
 from training.record import RunRecord
 
@@ -70,6 +73,9 @@ class TrainTask(L.LightningModule):
     """
 
     unit = "samples"  # throughput/{unit}_per_s
+    # The model this task trains (training/specs.py reads them: the one place they are named).
+    model_class: type[nn.Module] = nn.Module
+    config_class: type = dict
 
     def __init__(
         self,
@@ -83,10 +89,8 @@ class TrainTask(L.LightningModule):
         if model is None:  # Task.load_from_checkpoint(path): rebuilt from the saved config
             if model_config is None:
                 raise ValueError("pass a model, or the model_config to build one from")
-            from training.specs import spec_of  # the model kind this task trains
-
-            spec = spec_of(type(self))
-            model = spec.module(spec.config.from_dict(model_config))  # older records too
+            saved = getattr(self.config_class, "from_dict", self.config_class)  # older records too
+            model = self.model_class(saved(model_config))
         optim = OptimConfig(**optim) if isinstance(optim, dict) else optim or OptimConfig()
         cfg = getattr(model, "cfg", None)
         # Saved in every checkpoint, so that it describes itself (plain values: safe to load).
@@ -309,6 +313,7 @@ class LanguageModelTask(TrainTask):
     compares runs across tokenizers."""
 
     unit = "tokens"
+    model_class, config_class = GPT, GPTConfig
     TRACKED = (*TrainTask.TRACKED, "last_val_bpb", "best_val_bpb")
     last_val_bpb: float | None = None
     best_val_bpb: float | None = None
@@ -344,6 +349,7 @@ class ImageClassificationTask(TrainTask):
     """Image classification; adds val/acc and tracks the best accuracy."""
 
     unit = "samples"
+    model_class, config_class = ViT, ViTConfig
     TRACKED = (*TrainTask.TRACKED, "best_val_acc", "last_val_acc")
 
     def __init__(self, *args, **kwargs) -> None:

@@ -16,7 +16,7 @@ from torch import nn
 
 
 def test_the_csv_writer_checks_its_dir_through_an_overridable_hook(tmp_path):
-    """training/resume.py: _ContinuingWriter keeps earlier rows by overriding this hook."""
+    """reliability/metrics_csv.py: _ContinuingWriter keeps earlier rows by overriding this."""
     calls = []
 
     class Writer(ExperimentWriter):
@@ -28,14 +28,14 @@ def test_the_csv_writer_checks_its_dir_through_an_overridable_hook(tmp_path):
 
 
 def test_the_csv_logger_builds_its_writer_lazily_on_a_filesystem(tmp_path):
-    """training/resume.py: ResumableCSVLogger.experiment replaces the writer it would build."""
+    """reliability/metrics_csv.py: ResumableCSVLogger.experiment replaces the writer it builds."""
     logger = CSVLogger(str(tmp_path), name="", version="")
     assert logger._experiment is None and hasattr(logger._fs, "makedirs")
     assert isinstance(logger.experiment, ExperimentWriter) and logger._experiment is not None
 
 
 def test_the_rich_bar_takes_a_bar_id_and_a_position():
-    """training/build.py: StepProgressBar counts optimizer steps through these."""
+    """training/reliability/progress.py: StepProgressBar counts optimizer steps with these."""
     params = list(inspect.signature(RichProgressBar._update).parameters)
     assert params[:3] == ["self", "progress_bar_id", "current"]
     assert "current_epoch" in inspect.signature(RichProgressBar._get_train_description).parameters
@@ -43,7 +43,7 @@ def test_the_rich_bar_takes_a_bar_id_and_a_position():
 
 
 def test_the_epoch_loop_counts_batches_across_epochs():
-    """training/resume.py: validation_follows reads total_batch_idx."""
+    """training/reliability/resume.py: validation_follows reads total_batch_idx."""
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
     assert isinstance(trainer.fit_loop.epoch_loop.total_batch_idx, int)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT  # noqa: E402
+
 TINY = [
     "seed=0,1",
     "model.n_layer=1",

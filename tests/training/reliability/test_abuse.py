@@ -18,13 +18,14 @@ from omegaconf import OmegaConf
 
 import models.gpt
 import train
+from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows, signal_at_step
 from training.errors import ConfigError, Interrupted, Refused
 from training.launch import MAX_DIR_NAME, job_dir, path_safe
-from training.resume import keep_rows_below, read_checkpoint
+from training.reliability.checkpoints import read_checkpoint
+from training.reliability.metrics_csv import keep_rows_below
 from training.rundir import RunDirLock, fingerprint
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -1,5 +1,5 @@
 """A signal ends a run as `interrupted` (exit 143 / 130, resumable) wherever it lands: during
-the imports, the data preparation, the fit's steps (tests/test_abuse.py) and the final
+the imports, the data preparation, the fit's steps (test_abuse.py) and the final
 validation after the fit, where Lightning's own handlers are back."""
 
 from __future__ import annotations

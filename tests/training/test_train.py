@@ -24,7 +24,10 @@ from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT
 from models.norms import NORMS
 from models.placement import PLACEMENTS
-from tests.conftest import TINY_RUN
+from tests.conftest import (
+    ROOT,  # noqa: E402
+    TINY_RUN,
+)
 from training.build import MODELS, allow_tf32
 from training.config import node_to, optim_config
 from training.divergence import DivergenceConfig
@@ -35,7 +38,6 @@ from training.optim import OPTIMIZERS, OptimConfig
 from training.probes import ProbeConfig
 from training.task import LanguageModelTask, TrainTask
 
-ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 GROUPS = ("model", "placement", "norm", "data", "optim", "trainer", "logger")
 # conftest's tiny run, with the default context, val batches and loggers

@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import train
+from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows
 from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
-from training.resume import AtomicCheckpointIO, DiskError, keep_rows_below
+from training.reliability.checkpoints import AtomicCheckpointIO, DiskError
+from training.reliability.metrics_csv import keep_rows_below
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 pytestmark = pytest.mark.usefixtures("one_thread")
 
