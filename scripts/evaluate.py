@@ -53,9 +53,10 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
 
-    from training.build import build_data, model_spec, set_threads
+    from training.build import build_data, set_threads
     from training.errors import ConfigError
     from training.reliability.checkpoints import read_checkpoint, resume_state
+    from training.run_config import typed_config
 
     ckpt = ckpt or run_dir / "last.ckpt"
     if not ckpt.is_file():
@@ -63,8 +64,9 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
     recorded = resume_state(read_checkpoint(ckpt, "pass another checkpoint")).get("run_config")
     cfg = run_config(run_dir, recorded)
     set_threads(threads if threads is not None else cfg.get("num_threads"))
-    spec = model_spec(cfg)
-    dm = build_data(cfg, spec)
+    run = typed_config(cfg)
+    spec = run.spec
+    dm = build_data(run)
     trained_on, now = (recorded or {}).get("data.identity"), getattr(dm, "identity", None)
     if trained_on is not None and trained_on != now:
         print(

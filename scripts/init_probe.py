@@ -26,13 +26,13 @@ if str(ROOT) not in sys.path:  # run as a file: make the project root importable
 from training.build import (  # noqa: E402
     build_data,
     model_config,
-    model_spec,
     set_threads,
     summary_fields,
 )
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
 from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
 from training.launch import preflight  # noqa: E402
+from training.run_config import typed_config  # noqa: E402
 from training.rundir import RunDir  # noqa: E402
 from training.sweep import job_outcome  # noqa: E402
 
@@ -43,9 +43,9 @@ def probe(cfg: DictConfig) -> dict:
     if node.batches < 1 or node.batch_size < 1:
         raise ConfigError("init_probe.batches and init_probe.batch_size must be >= 1")
     try:
-        spec = model_spec(cfg)
-        dm = build_data(cfg, spec)
-        base = model_config(cfg, spec, dm)
+        run = typed_config(cfg)
+        dm = build_data(run)
+        base = model_config(run, dm)
         batches = [dm.train_batch(step, node.batch_size) for step in range(node.batches)]
         args = [list(node.placements), list(node.depths), list(node.seeds)]
         return init_probe(base, batches, *args)

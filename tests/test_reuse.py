@@ -18,6 +18,7 @@ from scripts import evaluate, sample
 from training.build import build_callbacks
 from training.errors import ConfigError
 from training.loggers import build_loggers, job_type
+from training.run_config import typed_config
 from training.task import ImageClassificationTask, LanguageModelTask, OptimConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -142,11 +143,11 @@ def test_job_type_holds_every_setting_the_name_leaves_out(compose_cfg):
 def test_callbacks_from_target_entries(compose_cfg, tmp_path):
     over = ["+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping"]
     over += ["+callbacks.stop.monitor=val/loss", "+callbacks.stop.patience=2"]
-    callbacks = build_callbacks(compose_cfg(over), tmp_path, {})
+    callbacks = build_callbacks(typed_config(compose_cfg(over)), tmp_path, {})
     assert type(callbacks[-1]).__name__ == "EarlyStopping" and callbacks[-1].patience == 2
     bad = compose_cfg(["+callbacks.stop._target_=collections.OrderedDict"])
     with pytest.raises(ConfigError, match="not a Lightning Callback"):
-        build_callbacks(bad, tmp_path, {})
+        build_callbacks(typed_config(bad), tmp_path, {})
 
 
 @pytest.mark.skipif(not importlib.util.find_spec("tensorboard"), reason="extra not installed")

@@ -20,31 +20,27 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
-from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT
 from models.kernels import kernel_used
 from training.config import (
-    check_run_length,
-    compile_mode,
     gpu_accelerator,
-    node_to,
-    optim_config,
 )
-from training.divergence import Divergence, DivergenceConfig
+from training.divergence import Divergence
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run_id
 from training.mfu import utilization
 from training.ngpt import SphereWeights
-from training.probes import ProbeConfig, probe_callbacks, probe_summary
+from training.probes import probe_callbacks, probe_summary
 from training.record import RunRecord, Status
 from training.reliability.checkpoints import AtomicCheckpointIO, check_fits, metrics_cut
 from training.reliability.progress import StepProgressBar
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
+from training.run_config import RunConfig, typed_config
 from training.rundir import RunDir, flat_config
-from training.specs import MODELS, ModelSpec, model_spec, summary_fields  # noqa: F401 (importable here)
+from training.specs import MODELS, model_spec, summary_fields  # noqa: F401 (importable)
 from training.task import TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -59,10 +55,9 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
 
 
-def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
+def build_data(run: RunConfig) -> L.LightningDataModule:
     """The datamodule, set up now: the model's vocabulary or image shape depends on it."""
-    data_cfg = node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
-    dm = spec.datamodule(data_cfg, cfg)
+    dm = run.spec.datamodule(run)
     try:
         dm.setup("fit")
     except BUILD_ERRORS:
@@ -70,53 +65,27 @@ def build_data(cfg: DictConfig, spec: ModelSpec) -> L.LightningDataModule:
     except Exception as err:  # the datasets library's own errors: one line, naming the inputs
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         raise ConfigError(
-            f"cannot load data={cfg.data.source} ({type(err).__name__}: {first}); check "
+            f"cannot load data={run.data.source} ({type(err).__name__}: {first}); check "
             "data.paths / data.hf_id and that the files hold text (or images)"
         ) from err
     return dm
 
 
-# Model config fields set by a group of their own, with where a user sets each.
-OWNED = {"placement": "placement={value}", "norm": "norm={value}"}
-# The model fields placement and norm options were before they had groups of their own: set
-# under model, each is refused with where it belongs.
-MISPLACED = {
-    "deepnorm_alpha": "placement.alpha={value}",
-    "deepnorm_beta": "placement.beta={value}",
-    "mix_fraction": "placement.mix_fraction={value}",
-    "norm_eps": "norm.eps={value}",
-    "dyt_alpha": "norm.alpha={value}",
-    "norm_groups": "norm.groups={value}",
-}
-
-
-def model_config(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> Any:
+def model_config(run: RunConfig, dm: L.LightningDataModule) -> Any:
     """Model config = model node + the placement and norm nodes as its sub-configs + the
     fields the data decides."""
-    fields = node_to(
-        dict,
-        cfg.model,
-        "model",
-        drop=("name", "init_from"),
-        fields_of=spec.config,
-        owned={**OWNED, **MISPLACED},
-    )
-    return spec.config(
-        **fields,
-        placement=node_to(PlacementConfig, cfg.placement, "placement"),
-        norm=node_to(NormConfig, cfg.norm, "norm"),
-        **spec.data_fields(dm),
-    )
+    fields = {**run.model, **run.spec.data_fields(dm)}
+    return run.spec.config(**fields, placement=run.placement, norm=run.norm)
 
 
-def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> nn.Module:
+def build_model(run: RunConfig, dm: L.LightningDataModule) -> nn.Module:
     """The model the config describes; with ``model.init_from`` a GPT-2 checkpoint's weights,
     whose architecture the config must then state (so that the run's record is what ran)."""
-    model_cfg = model_config(cfg, spec, dm)
-    init_from = cfg.model.get("init_from")
+    model_cfg = model_config(run, dm)
+    init_from = run.init_from
     if not init_from:
-        return spec.module(model_cfg)
-    if spec.module is not GPT:
+        return run.spec.module(model_cfg)
+    if run.spec.module is not GPT:
         raise ConfigError("model.init_from loads GPT-2 checkpoints: use it with model=gpt")
     model = GPT.from_hf(str(init_from))
     loaded = flat_config(dataclasses.asdict(model.cfg))
@@ -131,8 +100,8 @@ def build_model(cfg: DictConfig, spec: ModelSpec, dm: L.LightningDataModule) -> 
     if loaded["vocab_size"] != wanted["vocab_size"]:
         raise ConfigError(
             f"model.init_from={init_from} has {loaded['vocab_size']} token ids but "
-            f"data.tokenizer={cfg.data.get('tokenizer')} gives {wanted['vocab_size']}; use the "
-            "checkpoint's tokenizer (data.tokenizer=<its dir>/tokenizer.json)"
+            f"data.tokenizer={getattr(run.data, 'tokenizer', None)} gives {wanted['vocab_size']}; "
+            "use the checkpoint's tokenizer (data.tokenizer=<its dir>/tokenizer.json)"
         )
     if differ:
         raise ConfigError(
@@ -167,25 +136,23 @@ def parallel_sweep() -> bool:
     return in_multirun() and "joblib" in str(HydraConfig.get().launcher.get("_target_", ""))
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path, settings: dict) -> list[Callback]:
+def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callback]:
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
     (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
     callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
-    if cfg.trainer.get("enable_progress_bar", True) and parallel_sweep():
-        callbacks.append(StepLines(str(cfg.name), cfg.trainer.max_steps // 10))
-    elif cfg.trainer.get("enable_progress_bar", True):
+    if run.trainer.get("enable_progress_bar", True) and parallel_sweep():
+        callbacks.append(StepLines(run.name, run.max_steps // 10))
+    elif run.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar(leave=True))
     callbacks.append(WandbMetrics())
-    probes = node_to(ProbeConfig, cfg.get("probes") or {}, "probes")
-    divergence = node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence")
-    callbacks += probe_callbacks(probes)
-    callbacks.append(Divergence(divergence))  # after the probes: it may clear a gradient they read
-    if cfg.trainer.get("enable_checkpointing", True):
-        node = cfg.get("checkpoint") or {}
-        every = node.get("every_n_steps") or default_every_n_steps(cfg.trainer.max_steps)
+    callbacks += probe_callbacks(run.probes)
+    callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient
+    if run.trainer.get("enable_checkpointing", True):
+        every = run.checkpoint.every_n_steps or default_every_n_steps(run.max_steps)
         path = run_dir / "last.ckpt"
-        callbacks.append(ResumeCheckpoint(path, every, node.get("every_s"), settings))
-    return callbacks + [instantiate_callback(k, v) for k, v in (cfg.get("callbacks") or {}).items()]
+        callbacks.append(ResumeCheckpoint(path, every, run.checkpoint.every_s, settings))
+    user = run.composed.get("callbacks") or {}
+    return callbacks + [instantiate_callback(k, v) for k, v in user.items()]
 
 
 def instantiate_callback(key: str, node: DictConfig) -> Callback:
@@ -204,8 +171,8 @@ def instantiate_callback(key: str, node: DictConfig) -> Callback:
     return callback
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
-    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+def build_trainer(run: RunConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
+    kwargs = dict(run.trainer)
     kwargs["enable_progress_bar"] = any(isinstance(c, StepProgressBar) for c in callbacks)
     try:
         return L.Trainer(
@@ -283,19 +250,20 @@ def params(n: int) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
 
 
-def header_line(cfg: DictConfig, model: nn.Module, task: TrainTask, summary: dict) -> str:
+def header_line(run: RunConfig, model: nn.Module, task: TrainTask, summary: dict) -> str:
     """The one line a run prints before it trains: what it trains and how much per step."""
-    per_step = cfg.data.batch_size * cfg.trainer.get("accumulate_grad_batches", 1)
+    per_step = run.batch_size * run.trainer.get("accumulate_grad_batches", 1)
     unit = "images"
     if task.unit == "tokens":
-        per_step, unit = per_step * cfg.model.block_size, "tokens"
+        per_step, unit = per_step * model.cfg.block_size, "tokens"
     resumed = summary.get("resumed_from_step")
     start = f", resuming at step {resumed}" if resumed else ""
+    cfg = model.cfg
     return (
-        f"{cfg.name}: {cfg.model.name} {cfg.placement.name}/{cfg.norm.name} "
-        f"L{cfg.model.n_layer} d{cfg.model.n_embd}, {params(model.num_params())} params, "
-        f"{per_step:,} {unit}/step, {cfg.trainer.max_steps} steps, "
-        f"{cfg.trainer.accelerator} {cfg.trainer.precision}, {torch.get_num_threads()} threads"
+        f"{run.name}: {run.kind} {cfg.placement.name}/{cfg.norm.name} "
+        f"L{cfg.n_layer} d{cfg.n_embd}, {params(model.num_params())} params, "
+        f"{per_step:,} {unit}/step, {run.max_steps} steps, "
+        f"{run.accelerator} {run.trainer.get('precision')}, {torch.get_num_threads()} threads"
         f"{start}"
     )
 
@@ -304,20 +272,18 @@ def build(cfg: DictConfig, attempt: RunDir) -> Run:
     """Everything the fit needs, checked before the first step (bad input: ConfigError)."""
     run_dir, plan = attempt.run_dir, attempt.plan
     try:  # a bad name or value fails here, before any training
-        warmup = check_run_length(cfg)
-        mode = compile_mode(cfg.compile)
-        allow_tf32(str(cfg.trainer.get("accelerator", "auto")))
-        spec = model_spec(cfg)
-        dm = build_data(cfg, spec)
+        run = typed_config(cfg)  # every group checked, once
+        allow_tf32(run.accelerator)
+        dm = build_data(run)
         attempt.check_data(getattr(dm, "identity", None))
-        model = build_model(cfg, spec, dm)
-        optim = optim_config(cfg, warmup)
-        task = spec.task(model, optim, total_steps=cfg.trainer.max_steps, seed=cfg.seed)
+        model = build_model(run, dm)
+        optim = run.optim
+        task = run.spec.task(model, optim, total_steps=run.max_steps, seed=run.seed)
         task.record = attempt.record  # the task and its callbacks report to the run's record
         if plan.ckpt is not None:
             check_fits(plan.ckpt_path, plan.ckpt, task)
         wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
-        callbacks = build_callbacks(cfg, run_dir, attempt.settings)
+        callbacks = build_callbacks(run, run_dir, attempt.settings)
         loggers = build_loggers(cfg, run_dir, metrics_cut(plan.ckpt), wandb_id)
     except ConfigError:
         raise
@@ -342,7 +308,7 @@ def build(cfg: DictConfig, attempt: RunDir) -> Run:
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / "vocab.json")
     if launched_as_rank_zero():
-        print(header_line(cfg, model, task, results), flush=True)
-    if mode:
-        model.compile(mode=mode)
-    return Run(task, dm, build_trainer(cfg, run_dir, loggers, callbacks), plan.ckpt_path)
+        print(header_line(run, model, task, results), flush=True)
+    if run.compile:
+        model.compile(mode=run.compile)
+    return Run(task, dm, build_trainer(run, run_dir, loggers, callbacks), plan.ckpt_path)

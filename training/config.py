@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from training.errors import ConfigError, closest
-from training.task import OptimConfig
+from training.optim import OptimConfig
 
 
 def type_ok(value: Any, hint: Any) -> bool:

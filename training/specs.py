@@ -46,7 +46,7 @@ class ModelSpec:
     task: type[TrainTask]  # names its model and config classes (load_from_checkpoint needs them)
     data_kind: str  # the `kind` key of the data configs it accepts
     data_config: type
-    datamodule: Callable[[Any, DictConfig], L.LightningDataModule]  # (data config, run config)
+    datamodule: Callable[[Any], L.LightningDataModule]  # (the typed run config)
     data_fields: Callable[[Any], dict]  # model config fields read off the prepared datamodule
     summary_fields: tuple[str, ...]  # the results summary.json holds for this kind of model
     random_batch: Callable[[Any, int, torch.Generator], Batch]  # (config, size, generator)
@@ -65,7 +65,7 @@ MODELS: dict[str, ModelSpec] = {
         LanguageModelTask,
         "text",
         TextDataConfig,
-        lambda d, cfg: TextDataModule(d, cfg.model.block_size, cfg.data.batch_size, cfg.seed),
+        lambda run: TextDataModule(run.data, run.model["block_size"], run.batch_size, run.seed),
         lambda dm: {"vocab_size": dm.vocab_size},
         ("final_val_bpb", "best_val_bpb", "tokens_per_s"),
         random_tokens,
@@ -74,7 +74,7 @@ MODELS: dict[str, ModelSpec] = {
         ImageClassificationTask,
         "image",
         ImageDataConfig,
-        lambda d, cfg: ImageDataModule(d, cfg.data.batch_size, cfg.seed),
+        lambda run: ImageDataModule(run.data, run.batch_size, run.seed),
         lambda dm: {
             "image_size": dm.image_size,
             "in_chans": dm.in_chans,

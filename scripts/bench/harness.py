@@ -36,20 +36,20 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from training.build import build_data, build_model, model_spec, set_threads
-    from training.config import compile_mode, optim_config
+    from training.build import build_data, build_model, set_threads
     from training.optim import OPTIMIZERS, lr_multiplier
+    from training.run_config import typed_config
 
     set_threads(cfg.num_threads)
     torch.use_deterministic_algorithms(bool(cfg.trainer.get("deterministic")))  # as the Trainer
     torch.manual_seed(cfg.seed)
-    spec = model_spec(cfg)
-    dm = build_data(cfg, spec)
-    device = "cuda" if cfg.trainer.accelerator == "gpu" else "cpu"
-    model = build_model(cfg, spec, dm).to(device)
-    if compile_mode(cfg.compile):
-        model.compile(mode=compile_mode(cfg.compile))
-    optim, steps = optim_config(cfg, cfg.optim.warmup_steps), cfg.trainer.max_steps
+    run = typed_config(cfg)
+    dm = build_data(run)
+    device = "cuda" if run.accelerator == "gpu" else "cpu"
+    model = build_model(run, dm).to(device)
+    if run.compile:
+        model.compile(mode=run.compile)
+    optim, steps = run.optim, run.max_steps
     opt = OPTIMIZERS[optim.name](model, optim)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_multiplier(i, optim, steps))
     bf16 = "bf16" in str(cfg.trainer.precision)

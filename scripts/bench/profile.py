@@ -172,17 +172,17 @@ def job_loop(overrides: list[str], labels: bool = False) -> tuple[Callable[[], N
     builds them), and the composed config. ``labels``: record_function ranges for the profiler."""
     from torch.profiler import record_function
 
-    from training.build import build_data, build_model, model_spec, set_threads
-    from training.config import optim_config
+    from training.build import build_data, build_model, set_threads
     from training.optim import OPTIMIZERS
+    from training.run_config import typed_config
 
     cfg = compose_train_cfg(overrides)
     set_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
-    spec = model_spec(cfg)
-    dm = build_data(cfg, spec)
-    model = build_model(cfg, spec, dm)
-    optim = optim_config(cfg, cfg.optim.warmup_steps)
+    run = typed_config(cfg)
+    dm = build_data(run)
+    model = build_model(run, dm)
+    optim = run.optim
     opt = OPTIMIZERS[optim.name](model, optim)
     batches = iter(dm.train_dataloader())
     label = record_function if labels else lambda name: contextlib.nullcontext()

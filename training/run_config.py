@@ -1,0 +1,107 @@
+"""The run's config as one typed tree, checked once at the start of an attempt.
+
+``typed_config(cfg)`` reads every group of the composed config into its dataclass (the schema is
+those dataclasses: training/config.py's ``node_to`` refuses unknown keys and values of the wrong
+type in one line, the dataclasses check ranges), before any data is prepared or model built. The
+build reads this tree only; the composed config itself travels on for what takes it whole (the
+loggers record it, Lightning takes the trainer node's keys as its arguments, ``callbacks.*`` are
+instantiated from it). Root keys are checked earlier, when the run dir opens
+(``check_top_level``), and the command line before Hydra composes (training/launch.py), so that
+a typo answers before torch is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from models.config import NormConfig, PlacementConfig
+from training.config import check_run_length, compile_mode, node_to, optim_config
+from training.divergence import DivergenceConfig
+from training.optim import OptimConfig
+from training.probes import ProbeConfig
+from training.specs import ModelSpec, model_spec
+
+# Model config fields set by a group of their own, with where a user sets each.
+OWNED = {"placement": "placement={value}", "norm": "norm={value}"}
+# The model fields placement and norm options were before they had groups of their own: set
+# under model, each is refused with where it belongs.
+MISPLACED = {
+    "deepnorm_alpha": "placement.alpha={value}",
+    "deepnorm_beta": "placement.beta={value}",
+    "mix_fraction": "placement.mix_fraction={value}",
+    "norm_eps": "norm.eps={value}",
+    "dyt_alpha": "norm.alpha={value}",
+    "norm_groups": "norm.groups={value}",
+}
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every_n_steps: int | None  # None: a tenth of the run
+    every_s: float | None  # also after this many seconds; None: steps only
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything the build reads, typed and checked."""
+
+    name: str
+    seed: int
+    kind: str  # model.name
+    spec: ModelSpec  # its spec
+    data: Any  # the kind's data config (TextDataConfig, ImageDataConfig)
+    batch_size: int
+    model: dict[str, Any]  # the model node's fields; the prepared data decides the rest
+    init_from: str | None  # a GPT-2 checkpoint to start from
+    placement: PlacementConfig
+    norm: NormConfig
+    optim: OptimConfig  # its warmup as the run uses it (clamped to the run, see config.py)
+    probes: ProbeConfig
+    divergence: DivergenceConfig
+    checkpoint: CheckpointConfig
+    max_steps: int
+    trainer: dict[str, Any]  # Lightning's Trainer arguments, as configured
+    compile: str | None  # the torch.compile mode; None: eager
+    composed: DictConfig  # the config as composed: for the loggers and user callbacks
+
+    @property
+    def accelerator(self) -> str:
+        return str(self.trainer.get("accelerator", "auto"))
+
+
+def typed_config(cfg: DictConfig) -> RunConfig:
+    """The typed tree of ``cfg``; a bad key or value raises ConfigError (one line)."""
+    warmup = check_run_length(cfg)  # also checks the checkpoint cadence
+    spec = model_spec(cfg)
+    model = node_to(
+        dict,
+        cfg.model,
+        "model",
+        drop=("name", "init_from"),
+        fields_of=spec.config,
+        owned={**OWNED, **MISPLACED},
+    )
+    checkpoint = cfg.get("checkpoint") or {}
+    return RunConfig(
+        name=str(cfg.name),
+        seed=cfg.seed,
+        kind=str(cfg.model.name),
+        spec=spec,
+        data=node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size")),
+        batch_size=cfg.data.batch_size,
+        model=model,
+        init_from=cfg.model.get("init_from") or None,
+        placement=node_to(PlacementConfig, cfg.placement, "placement"),
+        norm=node_to(NormConfig, cfg.norm, "norm"),
+        optim=optim_config(cfg, warmup),
+        probes=node_to(ProbeConfig, cfg.get("probes") or {}, "probes"),
+        divergence=node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence"),
+        checkpoint=CheckpointConfig(checkpoint.get("every_n_steps"), checkpoint.get("every_s")),
+        max_steps=cfg.trainer.max_steps,
+        trainer=OmegaConf.to_container(cfg.trainer, resolve=True),
+        compile=compile_mode(cfg.compile),
+        composed=cfg,
+    )
