@@ -12,7 +12,6 @@ import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from torch import nn
 
 
 def test_the_csv_writer_checks_its_dir_through_an_overridable_hook(tmp_path):
@@ -60,9 +59,3 @@ def test_foreach_norm_equals_the_norms_one_by_one():
     fused = torch._foreach_norm(tensors, 2, dtype=torch.float32)
     for t, n in zip(tensors, fused, strict=True):
         torch.testing.assert_close(n, t.float().norm())
-
-
-def test_modules_keep_parameters_in_a_dict():
-    """models/layers.py: the packed q/k/v storage reads each Linear's own parameter entries."""
-    linear = nn.Linear(2, 2)
-    assert linear._parameters["weight"] is linear.weight
