@@ -13,6 +13,7 @@ from scripts.bench import cli, core, plain_gpt
 from scripts.bench import models as bench_models
 
 
+@pytest.mark.slow  # 16 s; fast versions: the section, ratio and configuration tests below
 def test_quick_mode_runs_every_section(tmp_path):
     out = tmp_path / "bench.json"
     report = cli.main(["--quick", "--out", str(out)])

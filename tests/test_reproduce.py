@@ -201,6 +201,8 @@ def test_a_finished_sweep_exits_zero_without_launching(tmp_path: Path, monkeypat
 
 
 # --- F1 end to end -------------------------------------------------------------------------------
+@pytest.mark.slow  # 22 s; fast versions: test_f1_pass_and_fail (test_analysis_findings.py) and
+# test_all_runs_every_finding_once_and_f13_shares_f6s_sweep
 def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     """reproduce.py f1 runs train.py's init-probe sweep, compares, and decides the F1 claims;
     the same command again finds every run finished, launches nothing and publishes."""

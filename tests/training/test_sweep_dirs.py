@@ -102,6 +102,7 @@ def test_a_grid_that_fails_one_check_everywhere_is_refused_once(tmp_path):
         )  # fmt: skip  (one job passes)
 
 
+@pytest.mark.slow  # 11 s, a 2-trial search; fast version: the sweep grid and refusal tests above
 def test_an_optuna_search_minimizes_the_final_val_loss(tmp_path):
     """hparams_search=lr_warmup: each trial is a run; the search gets its final val loss back
     and the sweep's status line counts the trials as any sweep's jobs."""

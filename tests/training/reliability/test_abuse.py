@@ -248,6 +248,7 @@ def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
         parent.kill()
 
 
+@pytest.mark.slow  # 10 s, a process tree; fast versions: the in-process tests of test_signals.py
 def test_a_killed_parallel_sweep_interrupts_its_workers(tmp_path, tiny_run):
     """SIGKILL a joblib sweep's own process while its jobs train: each worker process follows
     it (a parent-death SIGTERM) and stops at a step boundary, interrupted, its checkpoint kept;

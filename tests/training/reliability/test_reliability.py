@@ -142,6 +142,7 @@ def test_metrics_rows_written_after_the_checkpoint_are_dropped(tmp_path):
 # ---------------------------------------------------------------- DDP on CPU
 
 
+@pytest.mark.slow  # 16 s, two processes; no in-process equivalent: CI's slow pass runs it
 def test_ddp_two_processes_match_one_process_with_the_global_batch(tmp_path, tiny_run, compose_cfg):
     ddp = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
     ddp += ["trainer.precision=32-true", "data.batch_size=2", "data.val_batches=2"]
@@ -182,8 +183,7 @@ def test_ddp_jobs_of_a_multirun_stay_in_their_own_dirs(tmp_path, tiny_run):
         assert (tmp_path / job / "train_ddp_process_1.log").exists()  # rank 1 joined this job
 
 
-@pytest.mark.slow  # 21 s; fast versions: the job_type and group tests (tests/test_reuse.py) and
-# the rerun of a sweep in test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it
+@pytest.mark.slow  # 21 s; fast versions: the job_type and group tests (tests/test_reuse.py)
 def test_a_sweep_rerun_and_extended_by_a_seed_stays_one_wandb_group(tmp_path, tiny_run):
     """Run a 2-seed sweep with wandb, run it again, extend it to 3 seeds: the finished runs are
     skipped, every run is in the sweep's wandb group with one job type for all seeds (so the UI
@@ -366,6 +366,8 @@ def test_bad_input_on_the_command_line_prints_one_line(tmp_path):
 # ---------------------------------------------------------------- a sweep that loses a job
 
 
+@pytest.mark.slow  # 35 s, three sweeps; fast versions: a failed job's summary (test_train.py),
+# skip and resume=false (test_rerun_skips_a_finished_run...), the status line (test_sweep_dirs.py)
 def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, tiny_run):
     from scripts.compare import compare
 
