@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import models.gpt
+import train
+from training.errors import Interrupted
 
 
 def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
@@ -55,3 +61,21 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if module not in state and (cycle := visit(module, [])):
             return cycle
     return None
+
+
+def interrupted_and_uninterrupted(
+    compose_cfg: Callable, over: list[str], tmp_path: Path, monkeypatch
+) -> tuple[dict, dict]:
+    """The run ``over`` describes, stopped by SIGTERM during step 2 (checkpointed at step 3) and
+    resumed in tmp_path/run, and the same run without a stop in tmp_path/ref: their summaries,
+    after checking that the first resumed at step 3 and that both end with the same losses."""
+    signal_at_step(monkeypatch, signal.SIGTERM, at=2)
+    with pytest.raises(Interrupted):
+        train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    monkeypatch.undo()
+    resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
+    reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
+    assert resumed["resumed_from_step"] == 3 and resumed["status"] == "completed"
+    for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
+        assert resumed[key] == reference[key], key
+    return resumed, reference

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from training.record import RunRecord, Status, record_of
+from training.record import ReportsToRecord, RunRecord, Status, record_of
 
 # Where a diverged run's last checkpoint goes, so none that looks final survives.
 CHECKPOINT_POLICIES = ("rename", "delete", "keep")
@@ -45,7 +45,7 @@ def checkpoint_paths(ckpt: Callback) -> set[str]:
     return {p for p in paths | set(getattr(ckpt, "best_k_models", {})) if p}
 
 
-class Divergence(Callback):
+class Divergence(ReportsToRecord, Callback):
     """Stops a run at the first optimizer step whose loss or gradient is non-finite, or whose loss
     exceeds ``loss_factor`` x the reference (the mean of the first ``ref_steps`` finite losses).
 
@@ -68,14 +68,6 @@ class Divergence(Callback):
         self._first_losses: list[float] = []
         self._step = 0
         self._announced = False
-
-    @property
-    def status(self) -> str:
-        return self.record.status
-
-    @property
-    def diverged_at_step(self) -> int | None:
-        return self.record.diverged_at_step
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.record = record_of(pl_module)

@@ -113,6 +113,20 @@ class RunRecord:
         write_atomic(path, json.dumps(json_safe(self.summary()), indent=2) + "\n")
 
 
+class ReportsToRecord:
+    """The outcome so far, as the record its holder reports to says it."""
+
+    record: RunRecord
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def diverged_at_step(self) -> int | None:
+        return self.record.diverged_at_step
+
+
 def record_of(module: Any) -> RunRecord:
     """The record a module trains under (a module built without one gets its own)."""
     if not isinstance(getattr(module, "record", None), RunRecord):

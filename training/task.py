@@ -29,7 +29,7 @@ from torch import nn
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
-from training.record import RunRecord
+from training.record import ReportsToRecord, RunRecord
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "lr_multiplier", "param_groups"]  # re-exported
 
@@ -63,7 +63,7 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-class TrainTask(L.LightningModule):
+class TrainTask(ReportsToRecord, L.LightningModule):
     """Shared training loop pieces. Subclasses name their throughput unit and may add metrics.
 
     ``status`` is "completed" unless the loss turns non-finite: then it is "diverged", that step
@@ -138,14 +138,6 @@ class TrainTask(L.LightningModule):
         return self.model(inputs, targets)
 
     # --- training -------------------------------------------------------------------------
-    @property
-    def status(self) -> str:
-        return self.record.status
-
-    @property
-    def diverged_at_step(self) -> int | None:
-        return self.record.diverged_at_step
-
     def mark_diverged(self, step: int, reason: str | None = None) -> None:
         self.record.diverge(step, reason)
         self.trainer.should_stop = True

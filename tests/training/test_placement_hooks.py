@@ -3,14 +3,11 @@ weights back on the sphere after every step; both survive a resume bit for bit."
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 import torch
 
 import train
-from tests.helpers import signal_at_step
-from training.errors import Interrupted
+from tests.helpers import interrupted_and_uninterrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STEADY = ["optim.warmup_steps=0", "optim.schedule=constant", "model.n_layer=2"]
@@ -25,15 +22,8 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
     placement, tmp_path, tiny_run, compose_cfg, monkeypatch
 ):
     over = [*tiny_run, f"placement={placement}", "model.n_layer=2", "trainer.max_steps=6"]
-    signal_at_step(monkeypatch, signal.SIGTERM, at=2)  # checkpoints at step 3 and stops
-    with pytest.raises(Interrupted):
-        train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
-    monkeypatch.undo()
-    resumed = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'run'}"]))
-    reference = train.run(compose_cfg([*over, f"run_dir={tmp_path / 'ref'}"]))
-    assert resumed["resumed_from_step"] == 3 and resumed["status"] == "completed"
-    for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
-        assert resumed[key] == reference[key], key  # a second profile would change them
+    # equal losses: a second profile at the resume would change them
+    interrupted_and_uninterrupted(compose_cfg, over, tmp_path, monkeypatch)
     for key, value in state(tmp_path / "ref").items():
         assert torch.equal(value, state(tmp_path / "run")[key]), key
 
