@@ -6,10 +6,11 @@
     python train.py -m placement=post,pre,deepnorm seed=0,1,2
     python train.py logger.wandb.mode=online          # stream to wandb (default: offline)
 
-Where each concern lives: training/rundir.py (the run dir: lock, skip / resume / fresh, the
-summary), training/build.py (config -> data, model, task, callbacks, loggers, trainer; the fit),
-training/config.py (every key and value checked), training/errors.py (the one-line error policy),
-training/launch.py (the command line, DDP under sweeps, the sweep's status line).
+Where each concern lives: training/rundir.py (the run dir: lock, skip / resume / fresh),
+training/record.py (the run's status and summary.json), training/run_config.py (the config as
+one typed tree, checked once), training/build.py (the tree -> data, model, task, callbacks,
+loggers, trainer; the fit), training/errors.py (the one-line error policy), training/launch.py
+(the command line, DDP under sweeps, the sweep's status line).
 
 Each run dir gets metrics.csv, summary.json, last.ckpt (and vocab.json for text). A diverged run
 ends cleanly with status "diverged" and exit code 0; SIGTERM / SIGINT save a checkpoint at the
