@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from models.placement import PLACEMENTS
-from scripts import reproduce
+from scripts import reproduce, reproduce_sweep, reproduce_verdicts
 from scripts.analysis.findings import FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,14 +28,14 @@ def test_every_finding_has_both_sizes() -> None:
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_composes_and_sweeps(experiment: str) -> None:
-    cfg = reproduce.compose(experiment, [])
-    jobs = reproduce.sweep_jobs(cfg, [])
-    swept = reproduce.swept_values(jobs)
+    cfg = reproduce_sweep.compose(experiment, [])
+    jobs = reproduce_sweep.sweep_jobs(cfg, [])
+    swept = reproduce_sweep.swept_values(jobs)
     assert len(jobs) >= 2 and all(len(set(job)) == len(job) for job in jobs)
     assert len(jobs) == math.prod(len(v) for v in swept.values())
     # Every job composes (a typo in a swept key or option fails here) ...
     for job in (jobs[0], jobs[-1]):
-        reproduce.compose(experiment, job)
+        reproduce_sweep.compose(experiment, job)
     # ... each study logs to a wandb project of its own, at both sizes ...
     assert cfg.logger.wandb.project == "normlab-" + experiment.removesuffix("_gpu")
     # ... and the size decides where and how it runs.
@@ -56,32 +56,36 @@ def test_finding_figures_plot_keys_their_sweeps_vary() -> None:
     for finding, figure in figures:
         assert figure.name in finding.plots
         for size in ("", "_gpu"):
-            cfg = reproduce.compose(finding.experiment + size, [])
-            swept = reproduce.swept_values(reproduce.sweep_jobs(cfg, []))
+            cfg = reproduce_sweep.compose(finding.experiment + size, [])
+            swept = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))
             assert len(swept[figure.x]) >= 2
 
 
 def test_gpu_size_overrides_sweep_params() -> None:
-    cpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth", []), []))
-    gpu = reproduce.swept_values(reproduce.sweep_jobs(reproduce.compose("f3_depth_gpu", []), []))
+    cpu = reproduce_sweep.swept_values(
+        reproduce_sweep.sweep_jobs(reproduce_sweep.compose("f3_depth", []), [])
+    )
+    gpu = reproduce_sweep.swept_values(
+        reproduce_sweep.sweep_jobs(reproduce_sweep.compose("f3_depth_gpu", []), [])
+    )
     assert cpu["placement"] == gpu["placement"] == ["post", "pre", "deepnorm"]
     assert max(map(int, gpu["model.n_layer"])) > max(map(int, cpu["model.n_layer"]))
 
 
 def test_command_line_sweep_replaces_experiment_params() -> None:
-    cfg = reproduce.compose("f2_warmup", ["seed=3"])
-    jobs = reproduce.sweep_jobs(cfg, ["seed=3", "optim.lr=1e-4,2e-4,3e-4"])
-    swept = reproduce.swept_values(jobs)
+    cfg = reproduce_sweep.compose("f2_warmup", ["seed=3"])
+    jobs = reproduce_sweep.sweep_jobs(cfg, ["seed=3", "optim.lr=1e-4,2e-4,3e-4"])
+    swept = reproduce_sweep.swept_values(jobs)
     assert swept["seed"] == ["3"] and len(swept["optim.lr"]) == 3
     assert len(jobs) == 2 * 3 * 2  # placements x lrs x warmups
 
 
 def swept(experiment: str) -> tuple[object, list[list[str]], dict[str, list[str]]]:
-    cfg = reproduce.compose(experiment, [])
-    jobs = reproduce.sweep_jobs(cfg, [])
+    cfg = reproduce_sweep.compose(experiment, [])
+    jobs = reproduce_sweep.sweep_jobs(cfg, [])
     for job in (jobs[0], jobs[-1]):  # a typo in a swept key or option fails here
-        reproduce.compose(experiment, job)
-    return cfg, jobs, reproduce.swept_values(jobs)
+        reproduce_sweep.compose(experiment, job)
+    return cfg, jobs, reproduce_sweep.swept_values(jobs)
 
 
 @pytest.mark.parametrize("size", ["", "_gpu"])
@@ -108,13 +112,13 @@ def test_f7_sweeps_norms_and_batch_sizes_at_equal_epochs(size: str) -> None:
     assert len(values["seed"]) >= 2 and cfg.model.name == "vit"
     images, evals = set(), set()
     for batch in values["data.batch_size"]:
-        run = reproduce.compose(experiment, [f"data.batch_size={batch}"])
+        run = reproduce_sweep.compose(experiment, [f"data.batch_size={batch}"])
         images.add(run.trainer.max_steps * int(batch))
         evals.add(round(run.trainer.max_steps / run.trainer.val_check_interval))
     assert len(images) == 1, f"images seen differ across batch sizes: {images}"
     assert evals == {10}  # as many validations at every batch size: "best" is comparable
     with pytest.raises(Exception, match="at_batch"):  # a batch size without a table entry
-        _ = reproduce.compose(experiment, ["data.batch_size=5"]).trainer.max_steps
+        _ = reproduce_sweep.compose(experiment, ["data.batch_size=5"]).trainer.max_steps
 
 
 @pytest.mark.parametrize("size", ["", "_gpu"])
@@ -139,7 +143,7 @@ def test_rankings_sweep_four_log_spaced_learning_rates(experiment: str, size: st
 
 def test_cpu_sizes_fit_two_cores() -> None:
     for experiment in ("f6_lr_sensitivity", "f7_batch_stats", "placements_depth"):
-        cfg = reproduce.compose(experiment, [])
+        cfg = reproduce_sweep.compose(experiment, [])
         assert cfg.num_threads * cfg.hydra.launcher.n_jobs <= 2
         assert cfg.logger.wandb.mode == "offline"  # experiments log to wandb like single runs
 
@@ -151,9 +155,9 @@ F2_SMALL = ["optim.lr=1e-3", "seed=0,1"]  # placement x warmup x seed: 8 jobs
 def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
     """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
     both seeds failed on a config error."""
-    cfg = reproduce.compose("f2_warmup", F2_SMALL)
-    jobs = reproduce.sweep_jobs(cfg, F2_SMALL)
-    for job, name in zip(jobs, reproduce.job_dirs(cfg, jobs), strict=True):
+    cfg = reproduce_sweep.compose("f2_warmup", F2_SMALL)
+    jobs = reproduce_sweep.sweep_jobs(cfg, F2_SMALL)
+    for job, name in zip(jobs, reproduce_sweep.job_dirs(cfg, jobs), strict=True):
         o = dict(item.split("=", 1) for item in job)
         placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
         assert f"placement={placement}" in name and f"optim.warmup_steps={warmup}" in name
@@ -247,12 +251,12 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
 
 # --- the estimate, the progress lines, all findings -----------------------------------------------
 def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
-    cfg = reproduce.compose("f3_depth", [])
-    jobs = reproduce.sweep_jobs(cfg, [])
+    cfg = reproduce_sweep.compose("f3_depth", [])
+    jobs = reproduce_sweep.sweep_jobs(cfg, [])
     by_depth = {}
     for job in jobs:
         depth = int(dict(x.split("=", 1) for x in job)["model.n_layer"])
-        by_depth[depth] = reproduce.job_work(cfg, job)
+        by_depth[depth] = reproduce_sweep.job_work(cfg, job)
     # 6 x 12 L d^2 + 12 L T d FLOPs a token, linear in the depth at d=64, T=64, B=16, 400 steps,
     # and validation adds 8 batches a third as costly every 50 steps: 1 + 8 x 8 / 3 / 400.
     val = 1 + 8 * 8 / 3 / 400
@@ -262,29 +266,29 @@ def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
     # Two jobs at a time, one thread each.
     seconds = (
         sum(
-            reproduce.OVERHEAD_S
-            + reproduce.STEP_S * 400
-            + reproduce.job_work(cfg, j)[0] / reproduce.RATE_FLOPS
-            + reproduce.job_work(cfg, j)[1] * reproduce.LAYER_STEP_S
+            reproduce_sweep.OVERHEAD_S
+            + reproduce_sweep.STEP_S * 400
+            + reproduce_sweep.job_work(cfg, j)[0] / reproduce_sweep.RATE_FLOPS
+            + reproduce_sweep.job_work(cfg, j)[1] * reproduce_sweep.LAYER_STEP_S
             for j in jobs
         )
         / 2
     )
-    assert reproduce.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
+    assert reproduce_sweep.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
     # A BPE vocabulary adds its head: 6 x V x d FLOPs a token (F12: V = 1,024).
-    f12 = reproduce.compose("f12_z_loss", [])
-    job = reproduce.sweep_jobs(f12, [])[0]
-    plain = reproduce.job_work(reproduce.compose("f6_lr_sensitivity", []), job)[0] / 500
-    assert reproduce.job_work(f12, job)[0] / 1000 - plain == pytest.approx(
+    f12 = reproduce_sweep.compose("f12_z_loss", [])
+    job = reproduce_sweep.sweep_jobs(f12, [])[0]
+    plain = reproduce_sweep.job_work(reproduce_sweep.compose("f6_lr_sensitivity", []), job)[0] / 500
+    assert reproduce_sweep.job_work(f12, job)[0] / 1000 - plain == pytest.approx(
         6 * 1024 * 64 * 16 * 64 * (1 + 20 * 8 / 3 / 1000), rel=0.02
     )
 
 
 def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps({"best_val_loss": 2.345678}))
-    line = reproduce.progress_line(tmp_path, 4, 48, "placement=post seed=1", "completed", "x")
+    line = reproduce_sweep.progress_line(tmp_path, 4, 48, "placement=post seed=1", "completed", "x")
     assert line == "run 5/48: placement=post seed=1 -> completed, best val 2.3457 [x]"
-    assert reproduce.progress_line(tmp_path / "none", 0, 2, "a", "diverged", "x") == (
+    assert reproduce_sweep.progress_line(tmp_path / "none", 0, 2, "a", "diverged", "x") == (
         "run 1/2: a -> diverged [x]"
     )
 
@@ -295,7 +299,8 @@ def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys) -> None:
     assert out.count("estimate: ~") == len(FINDINGS) and "findings, 13 sweeps: ~" in out
     assert FINDINGS["f13"].experiment == FINDINGS["f6"].experiment
     assert (
-        reproduce.verdict_stem("f6") == "verdict" and reproduce.verdict_stem("f13") == "verdict_f13"
+        reproduce_verdicts.verdict_stem("f6") == "verdict"
+        and reproduce_verdicts.verdict_stem("f13") == "verdict_f13"
     )
 
 
@@ -315,21 +320,27 @@ def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
         "launches": 2,
     }
     assert reproduce.extended({**earlier, **more}, 1.0, 1.0, "x")["launches"] == 3
-    assert reproduce.over(more) == " over 2 launches" and reproduce.over(earlier) == ""
+    assert (
+        reproduce_verdicts.over(more) == " over 2 launches"
+        and reproduce_verdicts.over(earlier) == ""
+    )
 
 
 @pytest.mark.parametrize("experiment", ["placements_depth", "f3_depth", "f11_admin", "vit_depth"])
 def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: str) -> None:
-    cfg = reproduce.compose(experiment, [])
-    grid, *more = reproduce.launch_overrides(cfg, ["seed=0"])
+    cfg = reproduce_sweep.compose(experiment, [])
+    grid, *more = reproduce_sweep.launch_overrides(cfg, ["seed=0"])
     assert grid == ["seed=0"] and more and all(o[0] == "seed=0" for o in more)
-    base = {float(x) for x in reproduce.swept_values(reproduce.sweep_jobs(cfg, grid))["optim.lr"]}
+    base = {
+        float(x)
+        for x in reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, grid))["optim.lr"]
+    }
     for overrides in more:  # every extra launch runs rates outside the grid, one seed here
-        jobs = reproduce.sweep_jobs(cfg, overrides)
-        lrs = {float(x) for x in reproduce.swept_values(jobs)["optim.lr"]}
-        assert jobs and not lrs & base and reproduce.swept_values(jobs)["seed"] == ["0"]
+        jobs = reproduce_sweep.sweep_jobs(cfg, overrides)
+        lrs = {float(x) for x in reproduce_sweep.swept_values(jobs)["optim.lr"]}
+        assert jobs and not lrs & base and reproduce_sweep.swept_values(jobs)["seed"] == ["0"]
         assert all(lr < min(base) or lr > max(base) for lr in lrs)  # beyond the grid's edge
         every = sorted(base | lrs)  # and the grid continues in its own steps (3x-3.3x)
         assert all(2.99 <= b / a <= 3.4 for a, b in zip(every, every[1:], strict=False))
-    gpu = reproduce.compose(f"{experiment}_gpu", [])
-    assert reproduce.launch_overrides(gpu, []) == [[]]
+    gpu = reproduce_sweep.compose(f"{experiment}_gpu", [])
+    assert reproduce_sweep.launch_overrides(gpu, []) == [[]]

@@ -70,11 +70,11 @@ def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from scripts import reproduce
+    from scripts import reproduce_sweep
     from training.sweep import grid
 
     for path in sorted((Path(ROOT) / "conf" / "experiment").glob("*.yaml")):
-        params = reproduce.compose(path.stem, []).hydra.sweeper.params
+        params = reproduce_sweep.compose(path.stem, []).hydra.sweeper.params
         args = [*(f"{k}={v}" for k, v in (params or {}).items()), *extra]
         parsed = OverridesParser.create().parse_overrides(args)
         assert grid(params, extra) == BasicSweeper.split_arguments(parsed, None)[0], path.stem

@@ -1,0 +1,229 @@
+"""The sweep behind a finding: its jobs as Hydra composes them, their runs on disk, the time
+they will take, and the launch (``train.py -m`` in a subprocess, with a progress line per run).
+scripts/reproduce.py drives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from scripts.analysis.runs import FINISHED, read_summary, status_of
+from training.launch import die_with_parent, job_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+console = Console(soft_wrap=True)  # log files keep one line per message
+
+
+# --- the sweep as Hydra sees it ------------------------------------------------------------------
+def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(single-valued overrides, sweep overrides such as model.n_layer=3,6)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    single = [o.input_line for o in parsed if not o.is_sweep_override()]
+    return single, [o.input_line for o in parsed if o.is_sweep_override()]
+
+
+def compose(experiment: str, overrides: list[str]):
+    """The experiment's config with hydra's node (sweep params, launcher) and the overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    single, _ = split_overrides(overrides)
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3", job_name="reproduce"):
+        return hydra_compose(
+            "config", [f"experiment={experiment}", *single], return_hydra_config=True
+        )
+
+
+def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
+    """Each job's overrides, in Hydra's launch order; command line overrides replace the
+    experiment's sweep params of the same key, as in train.py -m (training/launch.py: grid)."""
+    from training.sweep import grid
+
+    return grid(cfg.hydra.sweeper.params, overrides)
+
+
+def launch_overrides(cfg, overrides: list[str]) -> list[list[str]]:
+    """The overrides of each launch into the sweep dir: the experiment's grid, then each entry of
+    its ``reproduce.widen`` (more learning rates for the variants whose best sat at an edge of
+    the grid, e.g. ``[placement=pre, optim.lr=3e-2]``), each with the command line's."""
+    return [overrides, *([*overrides, *extra] for extra in settings_of(cfg).get("widen", []))]
+
+
+def settings_of(cfg) -> dict[str, Any]:
+    """The experiment's ``reproduce`` node: where the claims look, how F1 probes."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("reproduce")
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for job in jobs:
+        for item in job:
+            key, _, value = item.partition("=")
+            if value not in values.setdefault(key.lstrip("+~"), []):
+                values[key.lstrip("+~")].append(value)
+    return values
+
+
+def job_dirs(cfg, jobs: list[list[str]]) -> list[str]:
+    """Each job's directory name below the sweep dir, as train.py -m names it: by the job's
+    overrides (training/launch.py's job_dir), with the experiment's config for the rest."""
+    experiment = cfg.hydra.runtime.choices.experiment
+    return [job_dir([f"experiment={experiment}", *job], cfg) for job in jobs]
+
+
+# --- runs on disk --------------------------------------------------------------------------------
+def run_states(out: Path, dirs: list[str]) -> dict[int, tuple[str, float | None]]:
+    """Job index -> (status, summary.json's mtime) for the jobs whose dir exists; "running"
+    while a dir has no summary."""
+    states: dict[int, tuple[str, float | None]] = {}
+    for k, name in enumerate(dirs):
+        path = out / name
+        if not path.is_dir():
+            continue
+        summary = read_summary(path)
+        if summary is None:
+            states[k] = ("running", None)
+        elif not summary:  # being written: look again next time
+            states[k] = (status_of(summary), None)
+        else:
+            states[k] = (status_of(summary), (path / "summary.json").stat().st_mtime)
+    return states
+
+
+def all_finished(out: Path, dirs: list[str]) -> bool:
+    states = run_states(out, dirs)
+    return bool(dirs) and all(states.get(k, ("",))[0] in FINISHED for k in range(len(dirs)))
+
+
+# --- the time a sweep will take ----------------------------------------------------------------
+# A job's time ~ OVERHEAD_S + STEP_S x steps + FLOPs / (RATE_FLOPS x torch threads) +
+# LAYER_STEP_S x layer-steps, on the reference 2-core machine (docs/reproducing.md): a d=64 GPT
+# step runs at ~59 GFLOP/s on one thread plus ~1.8 ms a layer (small matrices pay per call),
+# measured on bare steps; a run adds ~23 ms a step (optimizer, logging, probes) and ~6.5 s to
+# start and close, fitted to the suite's measured sweeps (within 20% for those over 5 minutes).
+RATE_FLOPS, LAYER_STEP_S, STEP_S, OVERHEAD_S = 59e9, 1.8e-3, 0.023, 6.5
+IMAGE_SIDE = {"digits": 8}  # data sources whose images keep their native size
+
+
+def job_work(cfg, job: list[str]) -> tuple[float, float, float]:
+    """(training FLOPs, layer-steps, steps) of one job: 6 x block params x tokens plus attention
+    (and a BPE head), n_layer x steps; validation adds its batches at a third of a step's cost."""
+    o = {k.lstrip("+~"): v for k, _, v in (item.partition("=") for item in job)}
+
+    def get(key: str, default: float) -> float:
+        node = cfg
+        for part in key.split("."):
+            node = node.get(part) if node is not None and hasattr(node, "get") else None
+        return float(o.get(key, node if isinstance(node, int | float) else default))
+
+    layers, width = get("model.n_layer", 2), get("model.n_embd", 128)
+    batch, steps = get("data.batch_size", 32), get("trainer.max_steps", 0)
+    if cfg.model.name == "vit":
+        side = get("data.image_size", IMAGE_SIDE.get(cfg.data.get("source"), 32))
+        context = (side // get("model.patch_size", 4)) ** 2 + 1
+    else:
+        context = get("model.block_size", 128)
+    vocab = get("data.vocab_size", 0) if cfg.data.get("tokenizer") == "bpe" else 0  # chars: ~0
+    per_token = 6 * 12 * layers * width * width + 12 * layers * context * width + 6 * vocab * width
+    checks = steps / max(get("trainer.val_check_interval", 50), 1)
+    val = 1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1)
+    return per_token * batch * context * steps * val, layers * steps * val, steps
+
+
+def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
+    """Wall seconds the sweep should take here: its jobs' times over the parallel jobs."""
+    if kind != "train":
+        return OVERHEAD_S * 2
+    parallel = int(cfg.hydra.launcher.get("n_jobs", 1) or 1)
+    threads = int(cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // parallel))
+    total = 0.0
+    for job in jobs:
+        flops, layer_steps, steps = job_work(cfg, job)
+        total += OVERHEAD_S + STEP_S * steps
+        total += flops / (RATE_FLOPS * threads) + LAYER_STEP_S * layer_steps
+    return total / max(1, min(parallel, len(jobs)))
+
+
+ESTIMATE = "on a 2-core machine like the reference one (docs/reproducing.md: measured times)"
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+# The program each kind of finding sweeps with.
+ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
+
+
+def run_sweep(
+    experiment: str,
+    jobs: list[list[str]],
+    dirs: list[str],
+    out: Path,
+    overrides: list[str],
+    kind: str = "train",
+) -> int:
+    """``train.py -m`` (or the init probe's) in a subprocess, with a progress bar; its exit code.
+
+    A run counts as done once it completed or diverged, or once its summary.json is rewritten:
+    a failed or killed run from an earlier attempt runs again."""
+    cmd = [sys.executable, str(ROOT / ENTRIES[kind]), "-m", f"experiment={experiment}"]
+    cmd += [f"hydra.sweep.dir={out}", *overrides]
+    before = run_states(out, dirs)
+    done = {k for k, (status, _) in before.items() if status in FINISHED}
+    before_done, started = set(done), time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"$ {' '.join(cmd)}\n  log: {out / 'sweep.log'}")
+    if done:
+        console.print(f"  {len(done)} of {len(jobs)} runs finished earlier; train.py skips them")
+    varying = [k for k, v in swept_values(jobs).items() if len(v) > 1]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(out / "sweep.log", "a") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+        )
+        columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress("{task.description}", *columns, console=console) as bar:
+            task = bar.add_task("runs", total=len(jobs))
+            while True:
+                code = proc.poll()
+                states = run_states(out, dirs)
+                for k, (status, mtime) in sorted(states.items()):
+                    fresh = mtime is not None and mtime != before.get(k, ("", None))[1]
+                    if k not in done and status not in ("running", "unfinished") and fresh:
+                        done.add(k)
+                        what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
+                        pace = eta(started, len(done - before_done), len(jobs) - len(done))
+                        line = progress_line(out / dirs[k], k, len(jobs), what, status, pace)
+                        console.print(f"  {line}", markup=False)
+                running = [str(k) for k, (status, _) in states.items() if status == "running"]
+                label = f"runs (running: {', '.join(running)})" if running else "runs"
+                bar.update(task, completed=len(done), description=label)
+                if code is not None:
+                    return code
+                time.sleep(1.0)
+
+
+def progress_line(run: Path, k: int, n: int, what: str, status: str, pace: str) -> str:
+    """One finished job: which, how it ended, its best val loss, the time so far and left."""
+    best = (read_summary(run) or {}).get("best_val_loss")
+    loss = f", best val {best:.4f}" if isinstance(best, int | float) else ""
+    return f"run {k + 1}/{n}: {what} -> {status}{loss} [{pace}]"
+
+
+def eta(started: float, new: int, left: int) -> str:
+    """Elapsed time, and what is left at the pace of the jobs finished in this launch."""
+    spent = time.perf_counter() - started
+    return f"{clock(spent)} elapsed, ~{clock(spent / max(new, 1) * left)} left"

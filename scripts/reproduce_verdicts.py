@@ -1,0 +1,129 @@
+"""A finding's verdicts on disk and on screen: verdict.md / verdict.json in the sweep dir, the
+console table, and the copy published under docs/findings/<id>/."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from scripts.analysis.findings import FINDINGS, Verdict
+from scripts.analysis.runs import FINISHED
+from scripts.reproduce_sweep import console
+
+
+# --- verdicts ------------------------------------------------------------------------------------
+def fmt(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={fmt(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def cell(text: Any) -> str:
+    return str(text).replace("|", "\\|")  # a pipe would end the table cell
+
+
+def said(measured: dict, note: str) -> str:
+    """A verdict's measured numbers, then its note (an edge of the grid, why not testable)."""
+    return "; ".join(x for x in (fmt(measured), note) if x)
+
+
+def over(record: dict) -> str:
+    return f" over {record['launches']} launches" if record.get("launches", 1) > 1 else ""
+
+
+def verdict_markdown(record: dict) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
+    if record["kind"] == "init_probe":
+        what = f"{record['n_runs']} init-probe jobs (scripts/init_probe.py, no training)"
+    else:
+        what = f"{record['n_runs']} runs ({fmt(record['run_status']) or 'none finished'})"
+    lines = [
+        f"# {record['title']}",
+        "",
+        f"Command: `{record['command']}`  ",
+        f"Sweep: `experiment={record['experiment']}`, {what}.  ",
+        f"Time: {record['wall_s'] / 60:.1f} min wall{over(record)} on {record['cpus']} CPUs at "
+        f"load average {record['load_start']:.1f} -> {record['load_end']:.1f}; "
+        f"{record['cpu_s'] / 60:.1f} CPU-min in all.  ",
+        f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
+        "",
+        "| claim | statement (source) | measured | threshold | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for c in record["claims"]:
+        cells = [c["id"], f"{c['statement']} ({c['source']})", said(c["measured"], c["note"])]
+        cells += [c["threshold"] or "–", f"**{c['status']}**"]
+        lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
+    if record["kind"] != "init_probe":
+        lines += ["", "Losses: mean over seeds of each run's best val loss; inf: a run diverged."]
+    left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
+    if left_out:
+        lines += [
+            "",
+            f"Left out of every verdict (neither completed nor diverged): {fmt(left_out)}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def verdict_stem(finding: str) -> str:
+    """verdict for the first finding of an experiment; verdict_<finding> for another finding
+    that reads the same sweep (F13 reads F6's), so neither overwrites the other."""
+    experiment = FINDINGS[finding].experiment
+    first = next(k for k, f in FINDINGS.items() if f.experiment == experiment)
+    return "verdict" if finding == first else f"verdict_{finding}"
+
+
+def write_verdicts(out: Path, record: dict) -> None:
+    stem = verdict_stem(record["finding"])
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (out / f"{stem}.md").write_text(verdict_markdown(record))
+
+
+def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem: str) -> None:
+    """verdict.md, report/report.md and the key plots into ``dest`` (e.g. docs/findings/f3),
+    the sweep dir written as multirun/reproduce/<experiment> and other plots left out."""
+    (dest / "report").mkdir(parents=True, exist_ok=True)
+    shown = [name for name in plots if (out / "report" / name).is_file()]
+    for stale in (dest / "report").glob("*.png"):  # figures of an earlier design
+        if stale.name not in shown:
+            stale.unlink()
+    for name in shown:
+        shutil.copyfile(out / "report" / name, dest / "report" / name)
+    lines = (out / "report" / "report.md").read_text().splitlines()
+    keep = [x for x in lines if not x.startswith("![") or any(f"({n})" in x for n in shown)]
+    keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
+    canonical = f"multirun/reproduce/{experiment}"
+    (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
+    verdict = (out / f"{stem}.md").read_text().replace(str(out), canonical)
+    (dest / "verdict.md").write_text(verdict)
+    console.print(f"published to {dest}: verdict.md, report/report.md, {', '.join(shown)}")
+
+
+def show(verdicts: list[Verdict]) -> None:
+    table = Table("claim", "statement", "measured", "threshold", "verdict")
+    colors = {"PASS": "green", "FAIL": "red", "NOT TESTABLE": "blue", "NO DATA": "yellow"}
+    for v in verdicts:
+        measured = said(v.measured, v.note)
+        table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
+    console.print(table)
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and every finished subprocess (the sweep's jobs included)."""
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def finite_load() -> float:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    return round(load, 2)
