@@ -50,9 +50,10 @@ def attempt(cfg: DictConfig) -> RunDir:
     it; the run dir holds its record (summary.json), written whatever happens."""
     import lightning.pytorch as L
 
-    from training.build import build, set_threads, summary_fields
+    from training.build import build, set_threads
     from training.loggers import finish_wandb
     from training.rundir import RunDir
+    from training.specs import summary_fields
 
     with RunDir(cfg, summary_fields(cfg)) as this:
         if this.finished is not None:

@@ -10,7 +10,7 @@ norm=NormConfig(name="dyt", alpha=0.8))``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
@@ -99,8 +99,7 @@ class BlockConfig:
                 if owner == group and key in saved:
                     node[name] = saved[key]
             kwargs[group] = node
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in kwargs.items() if k in known})
+        return cls(**kwargs)
 
     def __post_init__(self) -> None:
         self.placement = group_config(PlacementConfig, self.placement)

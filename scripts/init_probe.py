@@ -23,17 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file: make the project root importable
     sys.path.insert(0, str(ROOT))
 
-from training.build import (  # noqa: E402
-    build_data,
-    model_config,
-    set_threads,
-    summary_fields,
-)
+from training.build import build_data, model_config, set_threads  # noqa: E402
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
 from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
 from training.launch import preflight  # noqa: E402
 from training.run_config import typed_config  # noqa: E402
 from training.rundir import RunDir  # noqa: E402
+from training.specs import summary_fields  # noqa: E402
 from training.sweep import job_outcome  # noqa: E402
 
 

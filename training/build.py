@@ -1,8 +1,8 @@
 """Build a run from the composed config: data, model, task, callbacks, loggers, trainer; fit it.
 
-Config nodes hold primitives only; names become classes here, through the MODELS registry and the
-typed config dataclasses (training/config.py checks every value against its field's type and
-range), so an unknown key, name or value fails before any training with one clear line.
+The composed config is first read into its typed tree (training/run_config.py: every group in
+its dataclass, the model kind's spec from training/specs.py), so an unknown key, name or value
+fails before any training with one clear line; everything here reads that tree.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from training.reliability.progress import StepProgressBar
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.run_config import RunConfig, typed_config
 from training.rundir import RunDir, flat_config
-from training.specs import MODELS, model_spec, summary_fields  # noqa: F401 (importable)
 from training.task import TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.

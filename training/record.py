@@ -64,12 +64,11 @@ class RunRecord:
         """Still training, or ended well: its validations are results."""
         return self.status in (Status.RUNNING, Status.COMPLETED)
 
-    def diverge(self, step: int, reason: str | None = None) -> bool:
-        """Record divergence at optimizer step ``step``; False when already over."""
-        if self.status is not Status.RUNNING:
-            return False
-        self.status, self.diverged_at_step, self.divergence_reason = Status.DIVERGED, step, reason
-        return True
+    def diverge(self, step: int, reason: str | None = None) -> None:
+        """Record divergence at optimizer step ``step`` (ignored once the run is over)."""
+        if self.status is Status.RUNNING:
+            self.status, self.diverged_at_step = Status.DIVERGED, step
+            self.divergence_reason = reason
 
     def interrupt(self, signum: int) -> None:
         if self.healthy:

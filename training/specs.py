@@ -99,12 +99,12 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
     return spec
 
 
-def spec_of(config_or_task: Any) -> ModelSpec:
-    """The spec of a model config (an instance) or of a task class."""
+def spec_of(config: Any) -> ModelSpec:
+    """The spec of a model config (an instance of one of the kinds' config classes)."""
     for spec in MODELS.values():
-        if config_or_task is spec.task or type(config_or_task) is spec.config:
+        if type(config) is spec.config:
             return spec
-    raise ValueError(f"no model kind has {config_or_task!r}; model kinds: {', '.join(MODELS)}")
+    raise ValueError(f"no model kind has a {type(config).__name__}; kinds: {', '.join(MODELS)}")
 
 
 def summary_fields(cfg: DictConfig) -> tuple[str, ...]:

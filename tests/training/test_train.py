@@ -28,7 +28,7 @@ from tests.conftest import (
     ROOT,  # noqa: E402
     TINY_RUN,
 )
-from training.build import MODELS, allow_tf32
+from training.build import allow_tf32
 from training.config import node_to, optim_config
 from training.divergence import DivergenceConfig
 from training.errors import ConfigError
@@ -36,6 +36,7 @@ from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from training.optim import OPTIMIZERS, OptimConfig
 from training.probes import ProbeConfig
+from training.specs import MODELS
 from training.task import LanguageModelTask, TrainTask
 
 CONF = ROOT / "conf"
