@@ -77,6 +77,15 @@ def model_config(run: RunConfig, dm: L.LightningDataModule) -> Any:
     return run.spec.config(**fields, placement=run.placement, norm=run.norm)
 
 
+def command_key(field: str) -> str:
+    """The command-line key of a flattened model config field: placement.name -> placement,
+    norm.eps stays, n_layer -> model.n_layer."""
+    group, _, option = field.partition(".")
+    if group in ("placement", "norm"):
+        return group if option == "name" else field
+    return f"model.{field}"
+
+
 def build_model(run: RunConfig, dm: L.LightningDataModule) -> nn.Module:
     """The model the config describes; with ``model.init_from`` a GPT-2 checkpoint's weights,
     whose architecture the config must then state (so that the run's record is what ran)."""
@@ -89,10 +98,8 @@ def build_model(run: RunConfig, dm: L.LightningDataModule) -> nn.Module:
     model = GPT.from_hf(str(init_from))
     loaded = flat_config(dataclasses.asdict(model.cfg))
     wanted = flat_config(dataclasses.asdict(model_cfg))
-    names = {"placement.name": "placement", "norm.name": "norm"}
     differ = [
-        f"{names.get(k, k if k.split('.')[0] in ('placement', 'norm') else 'model.' + k)}"
-        f"={loaded[k]}"
+        f"{command_key(k)}={loaded[k]}"
         for k in loaded
         if k in wanted and wanted[k] != loaded[k] and k != "vocab_size"
     ]
