@@ -22,7 +22,10 @@
 # runtime; carry these wheels (about 1 MiB) in .whl/ and this script installs them first:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp -d .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
-# Environment: PYTHON (default python3), WORK (run dirs; default a new temp dir).
+# Environment: PYTHON (default: the project's .venv/bin/python when `make setup` made one, else
+# python3; it must import torch), WORK (run dirs; default a new temp dir).
+# A step that fails is marked FAILED in gpu_check.md and its file renamed NAME.failed.json: no
+# table is drawn from it, so a failed step never reads as a measurement.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +34,7 @@ out_dir=${OUT:-}
 for arg in "$@"; do
   case $arg in
     --dry-run) dry=1 ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $arg; use --dry-run or -h" >&2; exit 2 ;;
     *) out_dir=$arg ;;
   esac
@@ -41,7 +44,11 @@ if [ -z "$out_dir" ]; then
   exit 2
 fi
 mkdir -p "$out_dir" && out_dir=$(cd "$out_dir" && pwd)
-py=${PYTHON:-python3}
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  py=python3
+  [ -x .venv/bin/python ] && py=$(pwd)/.venv/bin/python
+fi
 work=${WORK:-$(mktemp -d -t normlab-gpu-check-XXXX)}
 log=$out_dir/gpu_check.log
 md=$out_dir/gpu_check.md
@@ -51,6 +58,11 @@ if ! "$py" -c "import hydra, omegaconf" 2>/dev/null && compgen -G ".whl/*.whl" >
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/normlab-site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/normlab-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "error: $py cannot import torch; run make setup (it makes .venv, found by this script) or set PYTHON to a Python with torch>=2.4" >&2
+  exit 2
 fi
 
 if [ "$dry" = 1 ]; then  # tiny sizes on the CPU: the script, its arguments and its files
@@ -83,16 +95,26 @@ else
 fi
 
 failed=0
-step() {  # step NAME SECONDS COMMAND...: run it under its timeout, log it, note the outcome
-  local name=$1 limit=$2 began rc
-  shift 2
+step() {  # step NAME SECONDS FILE COMMAND...: run it under its timeout, log it, note the outcome;
+  # FILE (or -) is what it writes: removed first, renamed *.failed.json when the step fails
+  local name=$1 limit=$2 file=$3 began rc
+  shift 3
+  [ "$file" = - ] || rm -f "$file" "${file%.json}.failed.json"
   began=$(date +%s)
   echo "== $name (timeout ${limit} s): $*" | tee -a "$log"
   timeout -k 20 "$limit" "$@" >>"$log" 2>&1
   rc=$?
-  [ $rc = 0 ] || failed=1
-  echo "- $name: exit $rc after $(($(date +%s) - began)) s$([ $rc = 124 ] && echo ' (timed out)')" \
-    | tee -a "$md"
+  local took=$(($(date +%s) - began)) why=""
+  [ $rc = 124 ] && why=' (timed out)'
+  if [ $rc = 0 ]; then
+    echo "- $name: exit 0 after $took s" | tee -a "$md"
+  else
+    failed=1
+    [ "$file" != - ] && [ -f "$file" ] && mv "$file" "${file%.json}.failed.json"
+    echo "- $name: FAILED, exit $rc after $took s$why; no measurement recorded (see gpu_check.log)" \
+      | tee -a "$md"
+  fi
+  return $rc
 }
 
 bench_table() {  # bench_table JSON: its rows as markdown (name, value, unit, x base)
@@ -115,31 +137,30 @@ PY
   echo
 } >"$md" 2>>"$log"
 
-step "a. bench gpt" "${limits[0]}" "$py" -m scripts.bench "${bench[@]}" --only gpt \
-  --out "$out_dir/bench_gpt.json"
-[ -f "$out_dir/bench_gpt.json" ] && bench_table "$out_dir/bench_gpt.json"
-step "a. bench variants" "${limits[1]}" "$py" -m scripts.bench "${bench[@]}" --only variants \
-  --out "$out_dir/bench_variants.json"
-[ -f "$out_dir/bench_variants.json" ] && bench_table "$out_dir/bench_variants.json"
+for part in gpt variants; do
+  file=$out_dir/bench_$part.json
+  limit=${limits[0]}
+  [ $part = variants ] && limit=${limits[1]}
+  step "a. bench $part" "$limit" "$file" "$py" -m scripts.bench "${bench[@]}" --only $part \
+    --out "$file" && bench_table "$file"
+done
 
 for model in gpt vit; do
-  step "b. train.py model=$model" "${limits[2]}" "$py" train.py "model=$model" "${run[@]}" \
-    logger=csv "hydra.run.dir=$work/$model"
-  [ -f "$work/$model/summary.json" ] && "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('  ', {k: s.get(k) for k in ('status','steps','final_val_loss','final_val_acc','tokens_per_s','samples_per_s','wall_s')})" \
+  step "b. train.py model=$model" "${limits[2]}" - "$py" train.py "model=$model" "${run[@]}" \
+    logger=csv "hydra.run.dir=$work/$model" && "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('  ', {k: s.get(k) for k in ('status','steps','final_val_loss','final_val_acc','tokens_per_s','samples_per_s','wall_s')})" \
       "$work/$model/summary.json" >>"$md"
 done
 
-step "c. sweep throughput" "${limits[3]}" "$py" -m scripts.bench.concurrent --jobs "$jobs" \
-  --out "$out_dir/sweep.json" --work "$work/sweep" -- logger=csv "${sweep[@]}"
-[ -f "$out_dir/sweep.json" ] && "$py" -c "
+step "c. sweep throughput" "${limits[3]}" "$out_dir/sweep.json" "$py" -m scripts.bench.concurrent \
+  --jobs "$jobs" --out "$out_dir/sweep.json" --work "$work/sweep" -- logger=csv "${sweep[@]}" \
+  && "$py" -c "
 import json, sys
 from scripts.bench.concurrent import markdown
 print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/sweep.json" >>"$md"
 
-step "d. short F3" "${limits[4]}" "$py" -m scripts.bench.concurrent \
+step "d. short F3" "${limits[4]}" "$out_dir/f3.json" "$py" -m scripts.bench.concurrent \
   --grid placement=post,pre,deepnorm --grid "model.n_layer=$depths" \
-  --out "$out_dir/f3.json" --work "$work/f3" -- logger=csv "${f3[@]}"
-[ -f "$out_dir/f3.json" ] && "$py" -c "
+  --out "$out_dir/f3.json" --work "$work/f3" -- logger=csv "${f3[@]}" && "$py" -c "
 import json, sys
 from scripts.bench.concurrent import markdown
 print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/f3.json" >>"$md"

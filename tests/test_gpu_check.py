@@ -117,3 +117,57 @@ def test_cut_list_matches_the_split_rule():
     assert corpora.cut_list(pieces, 3) == (["abc", ""], ["defg", "h"])
     assert corpora.cut_list(pieces, 5) == (["abc", "", "de"], ["fg", "h"])
     assert corpora.cut_list(pieces, 8) == (pieces, [])
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# A Python whose every step fails after writing a zero "measurement" to its --out file; the
+# script's own checks (python -c ...) run on the real interpreter.
+echo "$@" >> "$(dirname "$0")/calls"
+if [ "$1" = -c ]; then exec {real} "$@"; fi
+while [ $# -gt 0 ]; do
+  if [ "$1" = --out ]; then echo '{{"ok": false, "results": [{{"value": 0}}]}}' > "$2"; fi
+  shift
+done
+exit 3
+"""
+
+
+def test_finds_the_venv_and_records_a_failed_step_as_failed(tmp_path):
+    """PYTHON unset: the project's .venv/bin/python runs every step; a step that fails is
+    FAILED in gpu_check.md with no table, and what it wrote is renamed *.failed.json."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "gpu_check.sh").write_text((ROOT / "scripts/gpu_check.sh").read_text())
+    venv_python = repo / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text(FAKE_PYTHON.format(real=sys.executable))
+    venv_python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "OUT")}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--dry-run", str(out)],
+        cwd=repo, env={**env, "WORK": str(tmp_path / "work")}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    calls = (venv_python.parent / "calls").read_text()
+    assert "-m scripts.bench" in calls and "train.py" in calls  # the venv's Python ran them
+    md = (out / "gpu_check.md").read_text()
+    assert md.count("FAILED, exit 3") == 6 and "exit 0" not in md
+    assert "| name | value |" not in md  # no table drawn from a failed step
+    files = {p.name for p in out.iterdir()}
+    assert "bench_gpt.failed.json" in files and "bench_gpt.json" not in files
+    assert "sweep.json" not in files and "f3.json" not in files
+
+
+def test_a_python_without_torch_is_refused_in_one_line(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--dry-run", str(tmp_path / "out")],
+        cwd=ROOT, env={**os.environ, "PYTHON": str(fake)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot import torch" in done.stderr
+    assert "make setup" in done.stderr

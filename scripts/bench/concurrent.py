@@ -73,7 +73,8 @@ def jobs_table(counts: list[int], overrides: list[str], work: Path) -> list[dict
         speeds = [s for s in map(speed, summaries.values()) if s]
         done = sum(s.get("status") == "completed" for s in summaries.values())
         row = {"jobs": k, "completed": done, "wall_s": round(wall, 1)}
-        row["runs_per_hour"] = round(3600 * done / wall, 1) if done else 0.0
+        # None, not 0, when nothing completed: a failed measurement is no measurement
+        row["runs_per_hour"] = round(3600 * done / wall, 1) if done else None
         row["per_run_speed"] = round(sum(speeds) / len(speeds), 1) if speeds else None
         row["total_speed"] = round(sum(speeds), 1) if speeds else None
         base = rows[0]["per_run_speed"] if rows else row["per_run_speed"]
