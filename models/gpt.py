@@ -47,9 +47,10 @@ class GPT(Stack):
         the local Hugging Face cache) as normlab's Pre-LN GPT (models/pretrained.py)."""
         from models import pretrained
 
-        config, tensors = pretrained.read_checkpoint(pretrained.checkpoint_dir(path_or_id))
+        directory = pretrained.checkpoint_dir(path_or_id)
+        config, tensors = pretrained.read_checkpoint(directory)
         model = cls(GPTConfig(**pretrained.gpt2_fields(config)))
-        pretrained.load_gpt2_weights(model, tensors)
+        pretrained.load_gpt2_weights(model, tensors, str(directory))
         return model
 
     def flops_per_unit(self) -> float:

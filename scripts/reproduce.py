@@ -134,6 +134,34 @@ def launch(sweep: Sweep) -> int:
     return code
 
 
+OWNER = ".reproduce.json"  # <sweep dir>/.reproduce.json: the experiment and overrides it holds
+
+
+def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: bool) -> str | None:
+    """Why this command may not use ``out`` (None: it may): a sweep dir records the experiment
+    and overrides that made it, and another finding's or another setting's sweep is refused,
+    so its runs are never pooled into these verdicts nor its verdicts replaced. A dir from
+    before the record is adopted (one line says so)."""
+    path, wanted = out / OWNER, {"experiment": experiment, "overrides": sorted(overrides)}
+    try:
+        owner = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        owner = None
+    if isinstance(owner, dict) and {k: owner.get(k) for k in wanted} != wanted:
+        made = " ".join([f"experiment={owner.get('experiment')}", *(owner.get("overrides") or [])])
+        return (
+            f"{out} holds the sweep of {made}, not of experiment={experiment} "
+            f"{' '.join(overrides)}; pick another --out, or rerun with that experiment's overrides"
+        )
+    if dry_run or owner is not None:
+        return None
+    if out.is_dir() and any(out.glob("*/summary.json")):
+        console.print(f"  {out}: recording experiment={experiment} as its sweep", markup=False)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wanted) + "\n")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.finding == "all":
@@ -143,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs, dirs, out = sweep.jobs, sweep.dirs, sweep.out
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
         console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
+        return 1
+    if problem := claim_sweep_dir(out, sweep.experiment, args.overrides, args.dry_run):
+        console.print(f"error: {problem}", markup=False)
         return 1
     console.print(
         f"[bold]{sweep.finding.title}[/] — experiment={sweep.experiment}, {len(jobs)} runs -> {out}"

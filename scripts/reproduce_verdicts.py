@@ -87,14 +87,34 @@ def write_verdicts(out: Path, record: dict) -> None:
     (out / f"{stem}.md").write_text(verdict_markdown(record))
 
 
+PUBLISHED = ".published.json"  # in a publish dir: the experiment and the files publish wrote
+
+
 def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem: str) -> None:
     """verdict.md, report/report.md and the key plots into ``dest`` (e.g. docs/findings/f3),
-    the sweep dir written as multirun/reproduce/<experiment> and other plots left out."""
-    (dest / "report").mkdir(parents=True, exist_ok=True)
+    the sweep dir written as multirun/reproduce/<experiment> and other plots left out. Never
+    deletes a file it did not write (dest/.published.json lists what it wrote), names every file
+    it replaces, and refuses a dest inside the sweep dir or holding another experiment's."""
+    if dest.resolve().is_relative_to(out.resolve()):
+        raise SystemExit(
+            f"error: --publish {dest} is inside the sweep dir {out}; publish elsewhere"
+        )
+    manifest = dest / PUBLISHED
+    try:
+        before = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    except (OSError, ValueError):
+        before = {}
+    if before.get("experiment") not in (None, experiment):
+        raise SystemExit(
+            f"error: {dest} holds the published experiment={before['experiment']}; publish "
+            f"experiment={experiment} into its own directory"
+        )
     shown = [name for name in plots if (out / "report" / name).is_file()]
-    for stale in (dest / "report").glob("*.png"):  # figures of an earlier design
-        if stale.name not in shown:
-            stale.unlink()
+    files = ["verdict.md", "report/report.md", *(f"report/{n}" for n in shown)]
+    replaced = [f for f in files if (dest / f).is_file()]
+    (dest / "report").mkdir(parents=True, exist_ok=True)
+    for stale in set(before.get("files", [])) - set(files):  # this command's own, earlier
+        (dest / stale).unlink(missing_ok=True)
     for name in shown:
         shutil.copyfile(out / "report" / name, dest / "report" / name)
     lines = (out / "report" / "report.md").read_text().splitlines()
@@ -104,7 +124,10 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
     (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
     verdict = (out / f"{stem}.md").read_text().replace(str(out), canonical)
     (dest / "verdict.md").write_text(verdict)
-    console.print(f"published to {dest}: verdict.md, report/report.md, {', '.join(shown)}")
+    manifest.write_text(json.dumps({"experiment": experiment, "files": files}, indent=1) + "\n")
+    console.print(f"published to {dest}: {', '.join(files)}")
+    if replaced:
+        console.print(f"  replaced: {', '.join(replaced)}")
 
 
 def show(verdicts: list[Verdict]) -> None:

@@ -256,3 +256,21 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
     # F6 reads the arms without z-loss of the same sweep.
     f6 = by_id(evaluate("f6", drifting))
     assert f6["F6d"].status == "PASS" and f6["F6d"].measured["no_qk"] == pytest.approx(0.825)
+
+
+def test_a_verdict_at_one_fixed_rate_says_so_with_what_the_other_rates_show():
+    from scripts.analysis.findings.common import Verdict, note_lrs, variant
+
+    report = {"variants": [row([2.0, 2.2], placement="post", lr=1e-3),
+                           row([2.5, 2.5], placement="post", lr=3e-3),
+                           row([None, 3.0], placement="post", lr=1e-2)]}  # fmt: skip
+    variant(report, placement="post", lr=1e-3)
+    v = note_lrs(Verdict("X", "a claim", "a paper"), {}, report["fixed_lrs"])
+    assert v.measured["fixed_lr"] == {"post": 1e-3}
+    assert "decided at one fixed lr" in v.note
+    assert "post: 0.001 2.100 (used), 0.003 2.500, 0.01 diverged" in v.note
+    # a claim that reads the curve (several rates of one variant) is not "at a fixed rate"
+    report.pop("fixed_lrs")
+    for lr in (1e-3, 1e-2):
+        variant(report, placement="post", lr=lr)
+    assert "fixed" not in note_lrs(Verdict("Y", "", ""), {}, report["fixed_lrs"]).note

@@ -209,8 +209,75 @@ def test_two_keys_map_to_colour_and_line_style():
     assert drawn["post", 0.001][2] == drawn["pre", 0.001][2] == LINESTYLES[0]
     assert drawn["post", 0.003][2] == LINESTYLES[1]
     assert [h.get_label() for h in styles.legend_extra()] == ["lr=0.001", "lr=0.003"]
-    one = Styles(grid[:2], ["lr"])
-    assert len({one.of(v)[1] for v in grid[:2]}) == 2 and one.legend_extra() == []
+    one = Styles(grid[:2], ["lr"])  # only lr varies: one colour, the lrs as line styles
+    assert len({one.of(v)[1] for v in grid[:2]}) == 1 and len(one.legend_extra()) == 2
+
+
+def legend_colours(fig) -> dict[str, tuple]:
+    """Legend label's first word -> its line's colour, over every legend of ``fig``."""
+    from matplotlib.colors import to_rgba
+
+    legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend())]
+    return {
+        text.get_text().split(" ")[0]: to_rgba(handle.get_color())
+        for legend in legends
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True)
+        if text.get_text().startswith("placement=")
+    }
+
+
+def test_one_colour_per_variant_across_the_reports_figures(tmp_path: Path, drawn: dict):
+    """A placement x lr x depth sweep: each placement has the same colour in the loss curves,
+    the loss against depth and the loss against lr, whatever else each figure draws."""
+    root = tmp_path / "sweep"
+    for placement in ("post", "pre", "sandwich"):
+        for lr in (1e-3, 3e-3):
+            for depth in (2, 4):
+                path = root / f"lr={lr},n_layer={depth},placement={placement},seed=0"
+                (path / ".hydra").mkdir(parents=True)
+                (path / ".hydra/config.yaml").write_text(
+                    f"seed: 0\nmodel: {{name: gpt, n_layer: {depth}}}\nplacement: {{name: "
+                    f"{placement}}}\nnorm: {{name: layernorm}}\noptim: {{lr: {lr}}}\n"
+                )
+                loss = 2.0 + depth / 10 + lr * 100
+                (path / "metrics.csv").write_text(
+                    f"step,train/loss,val/loss\n0,4.0,\n5,3.0,3.1\n10,{loss},{loss}\n"
+                )
+                (path / "summary.json").write_text(json.dumps(
+                    {"status": "completed", "final_val_loss": loss, "best_val_loss": loss}
+                ))  # fmt: skip
+    compare.main([str(root), "--out", str(tmp_path / "report"), "--no-wandb"])
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    # the figure that answers an lr sweep's question first, then depth, then the curves
+    assert report["plots"][:3] == ["lr_sensitivity.png", "best_val_vs_depth.png", "loss_curves.png"]
+    figures = ("loss_curves.png", "best_val_vs_depth.png", "lr_sensitivity.png")
+    colours = {name: legend_colours(drawn[name]) for name in figures}
+    placements = {"placement=post", "placement=pre", "placement=sandwich"}
+    for name in figures:
+        assert set(colours[name]) == placements, name
+        assert colours[name] == colours["loss_curves.png"], name
+    assert len(set(colours["loss_curves.png"].values())) == 3
+
+
+def test_a_metric_other_than_loss_keeps_every_logged_value_in_range(tmp_path, drawn):
+    """log Z rises from -0.1 to 5.6 while the loss falls: its panel is not clipped to the
+    loss's range (only loss panels cap a diverged run's spike)."""
+    metrics = {"train/loss": [(0, 4.0), (50, 2.0), (100, 1.5)],
+               "logits/log_z": [(0, -0.1), (50, 2.0), (100, 5.6)]}  # fmt: skip
+    all_runs = [run(s, metrics=metrics, **{"placement.name": p}) for p in ("pre", "post")
+                for s in (0, 1)]  # fmt: skip
+    vs, fields = grouped(all_runs)
+    name = plots.plot_curves(vs, fields, tmp_path, ["logits/log_z"], "log_z.png", "mean log Z")
+    low, high = drawn[name].axes[0].get_ylim()
+    assert low <= -0.1 and high >= 5.6
+
+
+def test_two_validations_are_drawn_as_points_not_a_line(tmp_path, drawn):
+    metrics = {"val/loss": [(50, 2.5), (100, 2.0)]}
+    vs, fields = grouped([run(s, metrics=metrics, **{"placement.name": "pre"}) for s in (0, 1)])
+    name = plots.plot_curves(vs, fields, tmp_path, ["val/loss"], "val.png", "loss")
+    means = [ln for ln in drawn[name].axes[0].lines if len(ln.get_xdata()) == 2]
+    assert means and all(ln.get_linestyle() == "None" for ln in means)
 
 
 def test_heatmap_step_cells_start_at_the_first_logged_step():

@@ -109,3 +109,94 @@ def test_model_init_from_starts_training_from_the_checkpoint(tmp_path, compose_c
         expected = hf(x, labels=None).logits.flatten(0, 1).log_softmax(-1)
         expected = -expected[torch.arange(y.numel()), y.flatten()].mean().item()
     assert first == pytest.approx(expected, rel=1e-4)
+
+
+def copy_of(path, tmp_path, name: str):
+    dest = tmp_path / name
+    dest.mkdir()
+    for f in path.iterdir():
+        (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def test_a_tensor_of_another_shape_or_dtype_is_refused_naming_file_and_tensor(gpt2, tmp_path):
+    """copy_ would broadcast a (1,) gain over every feature and a (1, C) embedding over every
+    row: each tensor must have exactly its parameter's shape, and a floating dtype."""
+    from models.pretrained import WeightError, read_safetensors
+
+    _, path = gpt2
+    tensors = read_safetensors(path / "model.safetensors")
+    safetensors = pytest.importorskip("safetensors.torch")
+    for name, bad in (("h.1.ln_2.weight", torch.ones(1)), ("wpe.weight", torch.zeros(1, 48)),
+                      ("h.0.ln_1.bias", torch.zeros(48, dtype=torch.int32))):  # fmt: skip
+        broken = copy_of(path, tmp_path, name)
+        key = next(k for k in tensors if k.endswith(name))
+        safetensors.save_file({**tensors, key: bad}, broken / "model.safetensors")
+        with pytest.raises(WeightError) as err:
+            GPT.from_hf(str(broken))
+        message = str(err.value)
+        assert "\n" not in message and name in message and str(broken) in message
+    cut = copy_of(path, tmp_path, "cut")
+    data = (path / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightError, match="cut or damaged"):
+        GPT.from_hf(str(cut))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("scale_attn_weights", False), ("scale_attn_by_inverse_layer_idx", True),
+     ("add_cross_attention", True)],
+)  # fmt: skip
+def test_a_config_field_that_changes_the_forward_pass_is_refused_by_name(
+    gpt2, tmp_path, field, value
+):
+    _, path = gpt2
+    other = copy_of(path, tmp_path, field)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(ValueError, match=f"{field}={value}, which changes the forward pass"):
+        GPT.from_hf(str(other))
+
+
+def test_a_pickle_that_is_not_plain_tensors_is_refused_without_advising_unsafe_loading(tmp_path):
+    from models.pretrained import WeightError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    torch.save(
+        {"wte.weight": torch.zeros(2), "x": torch.nn.Linear(1, 1)}, tmp_path / "pytorch_model.bin"
+    )
+    with pytest.raises(WeightError) as err:
+        GPT.from_hf(str(tmp_path))
+    assert "weights_only=False" not in str(err.value) and "refused" in str(err.value)
+
+
+def test_the_init_checkpoint_is_part_of_the_runs_identity(tmp_path, compose_cfg, tiny_run):
+    """A resume checks the init checkpoint's digest when the file is there (a swapped file is
+    refused, naming the key) and needs no init dir once its own checkpoint exists."""
+    import shutil
+
+    import train
+    from training.errors import Refused
+
+    def save(seed: int, where):
+        torch.manual_seed(seed)
+        config = transformers.GPT2Config(vocab_size=256, n_positions=16, n_embd=32, n_layer=2,
+                                         n_head=2)  # fmt: skip
+        transformers.GPT2LMHeadModel(config).save_pretrained(where)
+
+    save(0, tmp_path / "ckpt")
+    arch = ["model.n_head=2", "model.n_layer=2", "model.n_embd=32", "model.block_size=16",
+            "model.activation=gelu_tanh", "model.qk_norm=false", "data.tokenizer=bytes",
+            f"model.init_from={tmp_path / 'ckpt'}", f"data.cache_dir={tmp_path / 'c'}"]  # fmt: skip
+    over = [*(o for o in tiny_run if not o.startswith(("model.", "data.val"))), *arch]
+    over.append(f"run_dir={tmp_path / 'run'}")
+    first = train.run(compose_cfg(over))
+    assert len(first["run_config"]["model.init_from.sha256"]) == 64
+    (tmp_path / "run" / "summary.json").unlink()  # as if killed after its last checkpoint
+    save(1, tmp_path / "ckpt")  # another checkpoint under the same path
+    with pytest.raises(Refused, match=r"model\.init_from\.sha256"):
+        train.run(compose_cfg(over))
+    shutil.rmtree(tmp_path / "ckpt")  # gone: the resume reads its own last.ckpt only
+    again = train.run(compose_cfg(over))
+    assert again["status"] == "completed" and again["resumed_from_step"] == first["steps"]

@@ -204,6 +204,46 @@ def test_a_finished_sweep_exits_zero_without_launching(tmp_path: Path, monkeypat
     assert [c["status"] for c in claims] == ["FAIL", "PASS"]
 
 
+def test_a_sweep_dir_of_another_experiment_or_overrides_is_refused(tmp_path, monkeypatch) -> None:
+    """The sweep dir records the experiment and overrides that made it: another finding's or
+    another setting's command is refused, so its runs are not pooled nor its verdicts replaced."""
+    out = tmp_path / "f2"
+    f2_sweep(out, failed=set())
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    assert reproduce.main(["f2", "--out", str(out), *F2_SMALL]) == 0  # adopted, recorded
+    before = (out / "verdict.json").read_text()
+    assert json.loads((out / ".reproduce.json").read_text())["experiment"] == "f2_warmup"
+    assert reproduce.main(["f2", "--out", str(out), *F2_SMALL, "trainer.max_steps=7"]) == 1
+    assert reproduce.main(["f5", "--out", str(out)]) == 1
+    assert (out / "verdict.json").read_text() == before
+    assert not (out / "verdict_f5.json").exists()
+
+
+def test_publish_keeps_what_it_did_not_write_and_names_what_it_replaces(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    out = tmp_path / "f2"
+    f2_sweep(out, failed=set())
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    dest = tmp_path / "docs" / "f2"
+    (dest / "report").mkdir(parents=True)
+    (dest / "report" / "mine.png").write_bytes(b"a figure of someone else's")
+    (dest / "verdict.md").write_text("an older verdict")
+    argv = ["f2", "--out", str(out), *F2_SMALL]
+    assert reproduce.main([*argv, "--publish", str(dest)]) == 0
+    assert (
+        dest / "report" / "mine.png"
+    ).is_file() and "replaced: verdict.md" in capsys.readouterr().out
+    assert json.loads((dest / ".published.json").read_text())["experiment"] == "f2_warmup"
+    with pytest.raises(SystemExit, match="inside the sweep dir"):
+        reproduce.main([*argv, "--publish", str(out / "published")])
+    other = tmp_path / "docs" / "f5"
+    other.mkdir()
+    (other / ".published.json").write_text(json.dumps({"experiment": "f5_norms", "files": []}))
+    with pytest.raises(SystemExit, match="holds the published experiment=f5_norms"):
+        reproduce.main([*argv, "--publish", str(other)])
+
+
 # --- F1 end to end -------------------------------------------------------------------------------
 @pytest.mark.slow  # 22 s; fast versions: test_f1_pass_and_fail (test_analysis_findings.py) and
 # test_all_runs_every_finding_once_and_f13_shares_f6s_sweep
@@ -240,6 +280,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert again["wall_s"] == record["wall_s"]  # the sweep's own time, not the re-evaluation's
     published = sorted(str(p.relative_to(docs)) for p in docs.rglob("*") if p.is_file())
     assert published == [
+        ".published.json",
         "report/act_norm_init.png",
         "report/grad_norm_init.png",
         "report/init_grid.png",

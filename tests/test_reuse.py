@@ -135,9 +135,27 @@ def test_job_type_holds_every_setting_the_name_leaves_out(compose_cfg):
             over = [*sweep, f"optim.warmup_steps={warmup}", f"seed={seed}"]
             types[warmup, seed] = job_type(compose_cfg(over), over)
     assert types[10, 0] == types[10, 1] != types[20, 0] == types[20, 1]
-    assert types[10, 0] == "gpt-post-layernorm-L2-lr0.005 optim.warmup_steps=10"
+    assert types[10, 0] == "gpt-post-layernorm-L2-lr0.005 warmup_steps=10"
     long = [f"+model.x{i}=1" for i in range(20)]
-    assert len(job_type(compose_cfg([]), long)) == JOB_TYPE_MAX
+    assert len(job_type(compose_cfg([]), long)) <= JOB_TYPE_MAX
+
+
+def test_a_long_job_type_keeps_whole_readable_keys_and_still_tells_settings_apart(compose_cfg):
+    """Past 64 characters: the overrides that fit stay whole (short keys, short numbers), the
+    rest become +N#digest; never a key cut mid-way. Settings differing only in a dropped
+    override still get different job types."""
+    from training.loggers import JOB_TYPE_MAX
+
+    base = ["optim.warmup_steps=10", "trainer.max_steps=400", "optim.min_lr_ratio=1.0e-01"]
+    tails = (["data.batch_size=16", "trainer.gradient_clip_val=1.0"],
+             ["data.batch_size=16", "trainer.gradient_clip_val=0.5"])  # fmt: skip
+    made = [job_type(compose_cfg([]), [*base, *tail]) for tail in tails]
+    assert made[0] != made[1] and all(len(t) <= JOB_TYPE_MAX for t in made)
+    # sorted overrides, shortened: batch_size=16 fits; the other four are the digest's
+    assert made[0].startswith("gpt-pre-layernorm-L2-lr0.005 batch_size=16 +4#")
+    assert made[1].startswith("gpt-pre-layernorm-L2-lr0.005 batch_size=16 +4#")
+    short = job_type(compose_cfg([]), ["optim.min_lr_ratio=1.0e-01", "trainer.max_steps=400"])
+    assert short == "gpt-pre-layernorm-L2-lr0.005 min_lr_ratio=0.1 max_steps=400"
 
 
 def test_callbacks_from_target_entries(compose_cfg, tmp_path):

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from training.loggers import WandbMetrics, build_loggers, wandb_group, wandb_run
 from training.mfu import utilization
 from training.ngpt import SphereWeights
 from training.probes import probe_callbacks, probe_summary
-from training.record import RunRecord, Status
+from training.record import RunRecord, Status, did_not_train
 from training.reliability.checkpoints import AtomicCheckpointIO, check_fits, metrics_cut
 from training.reliability.progress import StepProgressBar
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
@@ -86,12 +87,13 @@ def command_key(field: str) -> str:
     return f"model.{field}"
 
 
-def build_model(run: RunConfig, dm: L.LightningDataModule) -> nn.Module:
+def build_model(run: RunConfig, dm: L.LightningDataModule, resuming: bool = False) -> nn.Module:
     """The model the config describes; with ``model.init_from`` a GPT-2 checkpoint's weights,
-    whose architecture the config must then state (so that the run's record is what ran)."""
+    whose architecture the config must then state (so that the run's record is what ran). A
+    resumed run takes its weights from its own checkpoint: the init dir is not read again."""
     model_cfg = model_config(run, dm)
     init_from = run.init_from
-    if not init_from:
+    if not init_from or resuming:
         return run.spec.module(model_cfg)
     if run.spec.module is not GPT:
         raise ConfigError("model.init_from loads GPT-2 checkpoints: use it with model=gpt")
@@ -135,11 +137,23 @@ class StepLines(Callback):
 
 def parallel_sweep() -> bool:
     """Whether this job runs beside others (a multirun on the joblib launcher)."""
+    return parallel_jobs() > 1
+
+
+def parallel_jobs() -> int:
+    """How many jobs of this sweep run at once: the joblib launcher's n_jobs (-1: every core),
+    else 1."""
     from hydra.core.hydra_config import HydraConfig
 
     from training.errors import in_multirun
 
-    return in_multirun() and "joblib" in str(HydraConfig.get().launcher.get("_target_", ""))
+    if not in_multirun():
+        return 1
+    launcher = HydraConfig.get().launcher
+    if "joblib" not in str(launcher.get("_target_", "")):
+        return 1
+    n = launcher.get("n_jobs") or 1
+    return max(1, os.cpu_count() or 1) if n == -1 else max(1, int(n))
 
 
 def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callback]:
@@ -199,12 +213,42 @@ def allow_tf32(accelerator: str) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def busy_cores(window_s: float = 0.25) -> float | None:
+    """How many CPUs other processes keep busy now: the non-idle share of /proc/stat's CPU time
+    over ``window_s`` (this process sleeps meanwhile), times the CPU count; None off Linux."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (1 - (idle1 - idle0) / (total1 - total0)) * (os.cpu_count() or 1)
+
+
+def default_threads(jobs_beside: int = 1) -> int:
+    """The cores this process may use that no other process keeps busy, shared with the jobs
+    of a parallel sweep: two threads on a core another process holds wait on each other at
+    every op (100 steps of the default job on 2 cores beside 2 busy ones: 123 s on 2 threads,
+    61 s on 1; docs/benchmarks.md)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    if jobs_beside > 1:
+        return max(1, cores // jobs_beside)
+    busy = busy_cores()
+    return cores if busy is None else max(1, min(cores, round(cores - busy)))
+
+
 def set_threads(num_threads: int | None) -> int:
-    """All cores this process may use unless configured (torch defaults to physical cores)."""
-    n = num_threads
-    if not n:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = n or 1
+    """``num_threads`` torch CPU threads, or ``default_threads()`` when it is null."""
+    n = num_threads or default_threads(parallel_jobs())
     torch.set_num_threads(n)
     return n
 
@@ -227,7 +271,11 @@ class Run:
         """Train (or continue), then validate and checkpoint the final weights unless the run
         diverged or was interrupted (a diverged run keeps no checkpoint that looks final)."""
         trainer, task, record = self.trainer, self.task, self.record
-        trainer.fit(task, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
+        try:
+            trainer.fit(task, datamodule=self.datamodule, ckpt_path=self.ckpt_path)
+        except BaseException:
+            record.results["steps"] = trainer.global_step  # how far it got, whatever stopped it
+            raise
         resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)
         if resume is not None and resume.interrupted is not None:
             record.interrupt(resume.interrupted)
@@ -250,6 +298,7 @@ class Run:
                 **probe_summary(trainer.callbacks),  # loss_spikes
             }
         )
+        record.results["did_not_train"] = did_not_train(record.summary())
 
 
 def params(n: int) -> str:
@@ -282,7 +331,12 @@ def build(cfg: DictConfig, attempt: RunDir) -> Run:
         allow_tf32(run.accelerator)
         dm = build_data(run)
         attempt.check_data(getattr(dm, "identity", None))
-        model = build_model(run, dm)
+        model = build_model(run, dm, resuming=plan.ckpt is not None)
+        if run.init_from:  # the init checkpoint's content is part of what the run is
+            from models.pretrained import checkpoint_digest
+
+            digest = checkpoint_digest(str(run.init_from))
+            attempt.check_identity("model.init_from.sha256", digest, needed=plan.ckpt is None)
         optim = run.optim
         task = run.spec.task(model, optim, total_steps=run.max_steps, seed=run.seed)
         task.record = attempt.record  # the task and its callbacks report to the run's record

@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from training.errors import ConfigError, closest
-from training.optim import OptimConfig
+from training.optim import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
 
 
 def type_ok(value: Any, hint: Any) -> bool:
@@ -173,7 +173,9 @@ def check_top_level(cfg: DictConfig) -> None:
     if not 0 <= cfg.seed <= SEED_MAX:
         raise ConfigError(f"seed must be in [0, {SEED_MAX}] (numpy's range), got {cfg.seed}")
     if cfg.num_threads is not None and cfg.num_threads < 1:
-        raise ConfigError(f"num_threads must be >= 1 or null (every core), got {cfg.num_threads}")
+        raise ConfigError(
+            f"num_threads must be >= 1 or null (the free cores), got {cfg.num_threads}"
+        )
     batch = cfg.data.get("batch_size")
     if not type_ok(batch, int) or not 1 <= batch <= 1_000_000:
         raise ConfigError(f"data.batch_size must be an integer in [1, 1000000], got {batch!r}")
@@ -252,9 +254,23 @@ def check_run_length(cfg: DictConfig) -> int:
 
 
 def optim_config(cfg: DictConfig, warmup_steps: int) -> OptimConfig:
+    """optim's node as its dataclass; a key the chosen optimizer does not read is refused."""
+    name = cfg.optim.get("name")
+    if name in OPTIMIZER_KEYS:
+        reads = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS[name])
+        unread = [k for k in cfg.optim if k not in reads and k in OPTIMIZER_FIELDS]
+        if unread:
+            users = [n for n, keys in OPTIMIZER_KEYS.items() if unread[0] in keys]
+            raise ConfigError(
+                f"optim.{unread[0]} is not read by optim={name} (it reads "
+                f"{', '.join(OPTIMIZER_KEYS[name]) or 'only the schedule keys'} besides the "
+                f"schedule keys); drop it{', or use optim=' + '/'.join(users) if users else ''}"
+            )
     optim = node_to(OptimConfig, cfg.optim, "optim")
     return dataclasses.replace(optim, warmup_steps=warmup_steps)
 
+
+OPTIMIZER_FIELDS = {f.name for f in dataclasses.fields(OptimConfig)}
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

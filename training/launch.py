@@ -178,26 +178,98 @@ def root_keys(conf: Path = CONF) -> set[str]:
 CHECKED_GROUPS = ("model", "data", "optim", "placement", "norm", "trainer")
 
 
-def group_keys(group: str, conf: Path = CONF) -> set[str]:
-    """The settings any option of ``conf/<group>/`` defines (an option packaged at the root
-    keeps its group's settings under ``<group>:``)."""
+def option_keys(group: str, option: str, conf: Path = CONF) -> set[str]:
+    """The settings one option file ``conf/<group>/<option>.yaml`` defines (an option packaged
+    at the root keeps its group's settings under ``<group>:``)."""
     import yaml
 
-    keys: set[str] = set()
-    for path in (conf / group).glob("*.yaml"):
-        text = path.read_text()
-        node = yaml.safe_load(text) or {}
-        if text.startswith("# @package _global_"):
-            node = node.get(group) or {}
-        keys |= {k for k in node if k != "defaults"}
-    return keys
+    text = (conf / group / f"{option}.yaml").read_text()
+    node = yaml.safe_load(text) or {}
+    if text.startswith("# @package _global_"):
+        node = node.get(group) or {}
+    return {k for k in node if k != "defaults"}
+
+
+def group_keys(group: str, conf: Path = CONF) -> set[str]:
+    """The settings any option of ``conf/<group>/`` defines."""
+    return {k for option in group_options(group, conf) for k in option_keys(group, option, conf)}
+
+
+# Groups whose options each define their own settings (no option inherits another's), so a key
+# one option lacks is an error there: placement.alpha with placement=pre.
+OPTION_GROUPS = ("model", "placement", "norm", "optim")
+
+
+def chosen_options(group: str, args: Sequence[str], conf: Path = CONF) -> list[str]:
+    """The options of ``group`` this command line runs: its ``group=a[,b]``, else the default
+    in config.yaml; none when an experiment may choose it instead."""
+    given = [a.split("=", 1)[1] for a in overrides_of(args) if a.split("=", 1)[0] == group]
+    if given:
+        return [o for o in given[-1].split(",") if o in group_options(group, conf)]
+    if any(a.split("=", 1)[0] == "experiment" for a in overrides_of(args)):
+        return []
+    match = re.search(rf"^\s*-\s*{group}:\s*(\w+)", (conf / "config.yaml").read_text(), re.M)
+    return [match.group(1)] if match else []
+
+
+def check_option_key(group: str, sub: str, arg: str, args: Sequence[str], conf: Path) -> None:
+    """A key some option of ``group`` has but the chosen one lacks, as one line naming those
+    that have it (Hydra answers with a page about struct mode)."""
+    if group not in OPTION_GROUPS:
+        return
+    for option in chosen_options(group, args, conf):
+        if sub not in option_keys(group, option, conf):
+            having = [o for o in group_options(group, conf) if sub in option_keys(group, o, conf)]
+            raise SystemExit(
+                f"error: {group}={option} has no setting '{sub}' (in '{arg}'); {group} options "
+                f"with {sub}: {', '.join(having)} (choose one, or drop {group}.{sub})"
+            )
+
+
+# Hydra's bash completion knows the command `python script.py`; the README runs
+# `.venv/bin/python train.py`, which its script and its query both mistake for an app's name.
+PYTHON_WORD = re.compile(r"^\s*\S*python[\d.]*(?=\s)")
+
+
+def shell_completion(args: Sequence[str]) -> None:
+    """``-sc install=bash`` prints Hydra's script with its python test widened to any path to
+    a Python; ``-sc query=bash`` reads the line as ``python train.py ...``; a query outside the
+    shell's completion (no COMP_LINE) is one line."""
+    flags = [i for i, a in enumerate(args) if a in ("-sc", "--shell-completion")]
+    if not flags or flags[0] + 1 >= len(args):
+        return
+    value = args[flags[0] + 1]
+    if value.startswith("query="):
+        line = os.environ.get("COMP_LINE")
+        if line is None:
+            raise SystemExit(
+                "error: -sc query=bash is what the shell's completion runs (it sets COMP_LINE); "
+                'install completion with: eval "$(.venv/bin/python train.py -sc install=bash)"'
+            )
+        os.environ["COMP_LINE"] = PYTHON_WORD.sub("python", line)
+    elif value == "install=bash":
+        import io
+
+        from hydra._internal.core_plugins.bash_completion import BashCompletion
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            BashCompletion(None).install()  # needs no config: it prints a fixed script
+        script = out.getvalue()
+        test = 'if [ "${words[0]}" == "python" ]; then'
+        if test not in script:  # another Hydra: leave its script as it is
+            return
+        print(script.replace(test, 'if [[ "${words[0]##*/}" =~ ^python[0-9.]*$ ]]; then'), end="")
+        raise SystemExit(0)
 
 
 def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
-    an unknown group option, or an unknown root key (with the closest valid one)."""
+    an unknown group option, or an unknown root key (with the closest valid one); and shell
+    completion in the README's ``.venv/bin/python train.py`` form."""
     from training.errors import closest
 
+    shell_completion(args)
     try:
         check_choices(args, conf)
     except ChoiceError as err:
@@ -220,6 +292,8 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
                 f"error: unknown setting '{root}.{sub}'{near} in '{arg}'; valid {root} "
                 f"settings: {', '.join(sorted(known))}"
             )
+        if sub is not None:
+            check_option_key(root, sub, arg, args, conf)
 
 
 # --- DDP child processes under -m ----------------------------------------------------------

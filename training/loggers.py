@@ -50,6 +50,7 @@ SUMMARY_FIELDS = (
     "final_val_bpb",
     "steps",
     "loss_spikes",
+    "did_not_train",  # why a completed run did not train, or null
 )
 SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
@@ -88,15 +89,47 @@ def job_type(cfg: DictConfig, overrides: list[str] | None = None) -> str:
     """The variant without its seed, so that wandb's group-by averages seeds and never merges
     two settings: the run name without its ``-s<seed>`` part, followed by every override of the
     job (``overrides``, default Hydra's) that the name does not show, the seed and operational
-    keys aside (``... optim.warmup_steps=10``). Past 64 characters: its start and a digest."""
+    keys aside (``... warmup_steps=10``). Keys are shortened to their last part where that is
+    unambiguous and numbers written short; past 64 characters the overrides that fit are kept
+    whole and the rest become ``+N#digest`` (so two settings still differ), never a cut key."""
     name = str(cfg.name)
     suffix = f"-s{cfg.seed}"
-    text = " ".join(
-        [name[: -len(suffix)] if name.endswith(suffix) else name, *unnamed(cfg, overrides)]
-    )
+    base = name[: -len(suffix)] if name.endswith(suffix) else name
+    items = short_overrides(unnamed(cfg, overrides))
+    text = " ".join([base, *items])
     if len(text) <= JOB_TYPE_MAX:
         return text
-    return f"{text[: JOB_TYPE_MAX - 9]}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    digest_len = 12  # " +NN#" and six hex digits
+    if len(base) > JOB_TYPE_MAX - digest_len:  # a long custom name: its start and a digest
+        return f"{text[: JOB_TYPE_MAX - 7]}#{hashlib.sha1(text.encode()).hexdigest()[:6]}"
+    kept, rest = [base], []
+    for item in items:
+        fits = len(" ".join([*kept, item])) <= JOB_TYPE_MAX - digest_len
+        (kept if fits and not rest else rest).append(item)
+    digest = hashlib.sha1(" ".join(rest).encode()).hexdigest()[:6]
+    return f"{' '.join(kept)} +{len(rest)}#{digest}"
+
+
+def short_number(value: str) -> str:
+    """``1.0e-03`` -> ``0.001``; integers and words stay as written."""
+    if value.lstrip("-").isdigit():
+        return value
+    try:
+        return f"{float(value):g}"
+    except ValueError:
+        return value
+
+
+def short_overrides(items: list[str]) -> list[str]:
+    """``trainer.max_steps=400`` as ``max_steps=400`` where no other override ends in the same
+    last part; ``+``/``~`` dropped; numbers as ``%g`` (1.0e-03 -> 0.001)."""
+    keys = [item.lstrip("+~").partition("=")[0] for item in items]
+    lasts = [k.rsplit(".", 1)[-1] for k in keys]
+    out = []
+    for item, key, last in zip(items, keys, lasts, strict=True):
+        value = short_number(item.partition("=")[2])
+        out.append(f"{last if lasts.count(last) == 1 else key}={value}")
+    return out
 
 
 def unnamed(cfg: DictConfig, overrides: list[str] | None) -> list[str]:
@@ -183,6 +216,7 @@ def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLo
     config = OmegaConf.to_container(cfg, resolve=True)
     config.pop("hydra", None)
     config["experiment"] = experiment
+    config["group"] = wandb_group(cfg)  # the group the run is filed under, as wandb shows it
     tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
     tags += [f"experiment:{experiment}"] if experiment else []
     logger = WandbLogger(

@@ -9,6 +9,7 @@ LR schedule, gradient clipping and checkpoints see one).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -64,6 +65,11 @@ class OptimConfig:
     momentum: float = 0.9  # sgd, muon
     nesterov: bool = False  # sgd, muon
 
+    def read(self) -> dict:
+        """The settings this config's optimizer reads (what a run records as its optim)."""
+        keys = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ()))
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in keys}
+
     @property
     def decay_per_lr(self) -> float:
         """The weight_decay torch's AdamW gets: it multiplies it by the step's lr."""
@@ -81,12 +87,22 @@ class OptimConfig:
             )
         if not self.z_loss >= 0.0:
             raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
-        values = (self.lr, self.weight_decay, self.eps, *self.betas, self.min_lr_ratio)
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError(
-                f"optim values must be finite numbers; got lr={self.lr}, weight_decay="
-                f"{self.weight_decay}, eps={self.eps}, betas={self.betas}"
-            )
+        numbers = {"lr": self.lr, "weight_decay": self.weight_decay, "eps": self.eps,
+                   "betas": self.betas, "min_lr_ratio": self.min_lr_ratio,
+                   "momentum": self.momentum}  # fmt: skip
+        for key, value in numbers.items():
+            if not all(math.isfinite(v) for v in (value if key == "betas" else (value,))):
+                raise ValueError(f"optim.{key} must be a finite number, got {value}")
+        ranges = (
+            ("weight_decay", self.weight_decay >= 0.0, ">= 0"),
+            ("eps", self.eps > 0.0, "> 0"),
+            ("betas", all(0.0 <= b < 1.0 for b in self.betas) and len(self.betas) == 2,
+             "two values in [0, 1)"),
+            ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),
+        )  # fmt: skip
+        for key, ok, rule in ranges:
+            if not ok and key in (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ())):
+                raise ValueError(f"optim.{key} must be {rule}, got {getattr(self, key)}")
         if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(
                 f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "
@@ -155,11 +171,14 @@ def build_adafactor(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
     """The 2-D weights inside the Blocks (attention and MLP projections): what Muon updates.
-    Embeddings, the head (tied or not), patch embedding, biases and gains are not among them."""
+    Embeddings, the head (tied or not), patch embedding, biases, gains and weight norm's
+    (out, 1) magnitudes are not among them."""
     blocks = getattr(model, "blocks", None)
     if blocks is None:
         raise ValueError(f"optim=muon needs a model with Blocks; {type(model).__name__} has none")
-    return [p for p in blocks.parameters() if p.requires_grad and p.ndim == 2]
+    # true matrices only: weight norm's magnitudes g are (out, 1), a vector Muon must not
+    # orthogonalize (it would set every g to the same value)
+    return [p for p in blocks.parameters() if p.requires_grad and p.ndim == 2 and min(p.shape) > 1]
 
 
 def build_muon(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -253,6 +272,19 @@ class Combined(torch.optim.Optimizer):
         self.param_groups = [g for opt in self.parts for g in opt.param_groups]
 
 
+# The keys every optimizer reads (the schedule, decay and loss settings), and each optimizer's
+# own: a key the chosen optimizer does not read is refused before training (training/config.py
+# optim_config), never recorded as if it changed something.
+SCHEDULE_KEYS = (
+    "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
+    "z_loss", "independent_wd",
+)  # fmt: skip
+OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
+    "adamw": ("betas", "eps"),
+    "sgd": ("momentum", "nesterov"),
+    "adafactor": (),  # torch's defaults for its decay rate and eps
+    "muon": ("momentum", "nesterov", "betas", "eps"),  # betas and eps: its AdamW half
+}
 # What stability studies compare (Wortsman et al. 2023 vary AdamW's eps and betas, which stay
 # optim.eps and optim.betas). Lion is not in torch.
 OPTIMIZERS: dict[str, Callable[[nn.Module, OptimConfig], torch.optim.Optimizer]] = {

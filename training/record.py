@@ -133,6 +133,36 @@ def record_of(module: Any) -> RunRecord:
     return module.record
 
 
+# --- "did not train": a completed run that learned nothing a loss can show --------------------
+# A run that ends within PLATEAU_MARGIN nats of the loss a model reaches by learning only the
+# label frequencies (a text run's unigram loss; chance, log of the classes, for an image run),
+# or above its own loss at step 0, completed without training. Sweeps report it as such, never
+# as a robust or insensitive variant (pydocs at char level: unigram ~3.26 nats; a Post-LN stack
+# stalled on that plateau ends at 3.24-3.29).
+PLATEAU_MARGIN = 0.1
+REFERENCE_LOSSES = (("unigram_loss", "unigram loss"), ("chance_loss", "chance loss"))
+
+
+def did_not_train(summary: dict[str, Any], init_loss: float | None = None) -> str | None:
+    """Why a completed run did not train, in a few words, or None (it trained, or ended
+    otherwise). Reads summary.json's final_val_loss, unigram_loss / chance_loss and init_loss
+    (``init_loss`` stands in for an older record without it)."""
+    final = summary.get("final_val_loss")
+    if summary.get("status") != Status.COMPLETED or not _finite(final):
+        return None
+    for key, name in REFERENCE_LOSSES:
+        if _finite(ref := summary.get(key)) and final >= ref - PLATEAU_MARGIN:
+            return f"ended at {final:.3f}, within {PLATEAU_MARGIN:g} of the {name} {ref:.3f}"
+    start = summary.get("init_loss", init_loss)
+    if _finite(start) and final >= start:
+        return f"ended at {final:.3f}, above its initial loss {start:.3f}"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def read_summary(path: Path, on_error: Callable[[str], None] | None = None) -> dict | None:
     """The summary.json at ``path``: None when there is none (running, or killed before it was
     written), {} when it cannot be read (being written, or cut), with the reason passed to
@@ -191,7 +221,8 @@ def result_line(summary: dict) -> str:
             speed = f" {unit}/s={summary[f'{unit}_per_s']:,.0f}"
     mfu = f" mfu={summary['mfu']:.1%}" if summary.get("mfu") else ""
     wall = f" wall={summary['wall_s']:.1f}s" if summary.get("wall_s") else ""
+    stalled = f" (did not train: {why})" if (why := summary.get("did_not_train")) else ""
     return (
         f"val_loss={fmt(summary['final_val_loss'])}{bpb}{acc} status={summary['status']}"
-        f"{wall}{speed}{mfu} dir={summary['run_dir']}"
+        f"{stalled}{wall}{speed}{mfu} dir={summary['run_dir']}"
     )

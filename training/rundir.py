@@ -22,7 +22,6 @@ leaves a finished run's files exactly as they were.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from training.dirlock import RunDirLock
 from training.errors import (
     BUILD_ERRORS,
     SIGNALS,
@@ -48,7 +48,9 @@ from training.reliability.checkpoints import CHECKPOINT, disk_error, read_checkp
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 
 # Files of an attempt that a fresh start moves aside (compare skips checkpoints/).
-ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "metrics.csv", "summary.json", "probe.json")
+ATTEMPT_FILES = (
+    "*.ckpt", "*.ckpt.tmp", "*.ckpt.sha256", "metrics.csv", "summary.json", "probe.json"
+)  # fmt: skip
 
 
 # --- the settings that decide a result -------------------------------------------------------
@@ -155,34 +157,6 @@ def set_aside(run_dir: Path) -> Path | None:
 
 
 # --- one writer per run dir ------------------------------------------------------------------
-class RunDirLock:
-    """An exclusive lock on ``<run_dir>/.lock`` for as long as this process holds the object."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / ".lock"
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise Refused(
-                f"{self.path.parent} is being written by another process (PID {holder}); wait "
-                "for it to end or stop it (a killed sweep's workers too), or pick another run dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
-
-
 def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
     """``.hydra/{config,overrides,hydra}.yaml`` as Hydra would write them (hydra.output_subdir
     is null so that only an attempt that trains writes them)."""
@@ -310,17 +284,25 @@ class RunDir:
     def check_data(self, identity: str | None) -> None:
         """Record the data's identity with the run's settings; a checkpoint trained on other
         data (a corpus or image folder edited since, another tokenizer file) is refused."""
+        self.check_identity("data.identity", identity)
+
+    def check_identity(self, key: str, identity: str | None, needed: bool = True) -> None:
+        """Record ``identity`` (a digest of files the run reads) as setting ``key``; a checkpoint
+        that recorded another is refused. ``needed=False``: the files are not read on a resume
+        (None then keeps the recorded identity)."""
         plan = self.plan
         old = resume_state(plan.ckpt).get("run_config") if plan.ckpt is not None else None
-        if old is not None and "data.identity" in old:
+        if identity is None and not needed and old is not None:
+            identity = old.get(key)
+        if old is not None and key in old:
             own = plan.ckpt_path == self.run_dir / CHECKPOINT
             check_same_config(
                 f"checkpoint {plan.ckpt_path}",
-                {"data.identity": old["data.identity"]},
-                {"data.identity": identity},
+                {key: old[key]},
+                {key: identity},
                 RERUN_FIX if own else CKPT_FIX,
             )
-        self.settings["data.identity"] = identity
+        self.settings[key] = identity
 
     def close(self, error: BaseException | None = None) -> None:
         """Record the outcome in summary.json (rank zero) and release the dir."""

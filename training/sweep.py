@@ -18,6 +18,7 @@ import functools
 import io
 import itertools
 import json
+import math
 import os
 import shutil
 from collections import Counter
@@ -121,7 +122,18 @@ class SweepStatus(HydraCallback):
         if not searching(config):  # a search's trials are drawn as it goes: no grid to check
             check_distinct_dirs(config)
             check_grid_once(config)
-        shutil.rmtree(Path(config.hydra.sweep.dir) / OUTCOMES, ignore_errors=True)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if launched_as_rank_zero():  # one sweep at a time in a sweep dir (its .jobs/ too)
+            from training.dirlock import RunDirLock
+            from training.errors import Refused
+
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = RunDirLock(sweep_dir, "sweep dir", "another hydra.sweep.dir")
+            try:
+                self._lock.acquire()
+            except Refused as err:
+                raise SystemExit(f"error: {err}") from None
+        shutil.rmtree(sweep_dir / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -143,6 +155,14 @@ class SweepStatus(HydraCallback):
         path.write_text(json.dumps(record))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._status_line(config)
+        finally:
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                lock.release()
+
+    def _status_line(self, config: DictConfig) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if not (sweep_dir / OUTCOMES).is_dir() or not launched_as_rank_zero():
             return
@@ -173,7 +193,8 @@ def job_outcome(summary: dict, skipped: bool) -> dict:
     status = summary.get("status")
     outcome = "skipped" if skipped else status
     record = {"outcome": outcome, "status": status, "error": summary.get("error")}
-    return {**record, "final_val_loss": summary.get("final_val_loss")}
+    return {**record, "final_val_loss": summary.get("final_val_loss"),
+            "init_loss": summary.get("init_loss")}  # fmt: skip
 
 
 def searching(config: Any = None) -> bool:
@@ -191,10 +212,28 @@ def searching(config: Any = None) -> bool:
 
 
 class Objective(float):
-    """A trial's final val loss (NaN when it did not complete: the search marks it failed),
-    carrying the job's outcome record for SweepStatus."""
+    """A trial's final val loss (objective_value), carrying the job's outcome record for
+    SweepStatus."""
 
     record: dict
+
+
+# What a trial that did not train to its end returns to the search: a documented worst value,
+# never NaN (Optuna rejects NaN, and the Hydra sweeper then ends the whole search, with a
+# traceback, at the first such trial). A diverged trial scores its loss at initialization
+# (Wortsman et al. 2023's convention for LR sensitivity), a failed one WORST_OBJECTIVE.
+WORST_OBJECTIVE = 1e6
+
+
+def objective_value(record: dict) -> float:
+    """The number a search minimizes for a job's outcome ``record`` (job_outcome)."""
+    loss, start = record.get("final_val_loss"), record.get("init_loss")
+    finite = lambda x: isinstance(x, int | float) and math.isfinite(x)  # noqa: E731
+    if record.get("status") == "completed" and finite(loss):
+        return float(loss)
+    if record.get("status") == "diverged" and finite(start):
+        return float(start)
+    return WORST_OBJECTIVE
 
 
 def for_the_sweeper(task: Callable[[Any], dict | None]) -> Callable[[Any], Any]:
@@ -206,8 +245,7 @@ def for_the_sweeper(task: Callable[[Any], dict | None]) -> Callable[[Any], Any]:
         record = task(cfg) or {"outcome": "failed"}
         if not searching():
             return record
-        loss = record.get("final_val_loss") if record.get("status") == "completed" else None
-        value = Objective(float("nan") if loss is None else loss)
+        value = Objective(objective_value(record))
         value.record = record
         return value
 

@@ -97,7 +97,7 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         self.save_hyperparameters(
             {
                 "model_config": asdict(cfg) if is_dataclass(cfg) else None,
-                "optim": asdict(optim),
+                "optim": optim.read(),  # what its optimizer reads (wandb's config too)
                 "total_steps": total_steps,
                 "seed": seed,
             }
@@ -107,6 +107,7 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         self.total_steps = total_steps
         self.seed = seed
         self.record = RunRecord()  # the run dir's record, handed over by the build
+        self.init_loss: float | None = None
         self.last_train_loss: float | None = None
         self.last_val_loss: float | None = None
         self.best_val_loss: float | None = None
@@ -190,6 +191,8 @@ class TrainTask(ReportsToRecord, L.LightningModule):
             self.mark_diverged(self.global_step, f"non-finite loss {mean_loss}")
             return None  # no backward: the optimizer finds no gradient and leaves the weights
         self.last_train_loss = mean_loss
+        if self.global_step == 0 and self._step_units == self.count_units(batch):
+            self.init_loss = mean_loss  # the loss at initialization: "did not train" reads it
         return loss if z_term is None else loss + z_term
 
     def optimizer_step(self, *args, **kwargs) -> None:
@@ -267,6 +270,7 @@ class TrainTask(ReportsToRecord, L.LightningModule):
     # --- resume: tracked results and RNG states travel with the checkpoint ------------------
     # (the datamodule saves its next step; the callbacks save their own state)
     TRACKED = (
+        "init_loss",
         "last_train_loss",
         "last_val_loss",
         "last_val_step",
@@ -292,6 +296,7 @@ class TrainTask(ReportsToRecord, L.LightningModule):
     def results(self) -> dict:
         """The task's measurements for summary.json (the outcome is in its record)."""
         return {
+            "init_loss": self.init_loss,
             "final_train_loss": self.last_train_loss,
             "final_val_loss": self.last_val_loss,
             "best_val_loss": self.best_val_loss,

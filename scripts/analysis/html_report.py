@@ -10,6 +10,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from scripts.analysis import lr_sweep
+
 # Figure name -> (what it shows, what to look for).
 CAPTIONS: dict[str, tuple[str, str]] = {
     "loss_curves.png": (
@@ -55,14 +57,42 @@ CAPTIONS: dict[str, tuple[str, str]] = {
         "The preconditioned sharpness settling near 38/lr (the edge of stability for Adam).",
     ),
 }
-HEATMAP = (
-    "One probe per layer (rows) over training (columns), per variant.",
-    "Layers or steps where the value runs away (growth, collapse to 0, or saturation near 1).",
-)
+# Heat maps: one probe per layer (rows) over training (columns), one panel per variant.
+HEATMAPS: dict[str, tuple[str, str]] = {
+    "heat_act_norm.png": (
+        "the residual stream's RMS after each layer",
+        "rows brightening with depth and over training: the Pre-LN growth that Peri-LN bounds",
+    ),
+    "heat_act_max.png": (
+        "the largest |value| in the residual stream after each layer",
+        "a few layers orders of magnitude above the rest: massive activations (Sun et al. 2024)",
+    ),
+    "heat_block_cos.png": (
+        "the cosine between each block's input and output",
+        "late layers near 1: blocks that barely change the stream (Sun et al. 2025)",
+    ),
+    "heat_attn_entropy.png": (
+        "the mean attention entropy of each layer",
+        "a layer falling towards 0: entropy collapse, which comes with instability "
+        "(Zhai et al. 2023)",
+    ),
+    "heat_attn_entropy_min.png": (
+        "the lowest attention entropy among each layer's heads",
+        "one head collapsing while the layer's mean looks healthy",
+    ),
+    "heat_update_ratio.png": (
+        "each layer's update size relative to its weights, per optimizer step",
+        "layers whose relative update runs far above the rest (too high an lr for them)",
+    ),
+}
 
 
 def caption(name: str) -> str:
-    shows, look = CAPTIONS.get(name, HEATMAP if name.startswith("heat_") else ("", ""))
+    if name in HEATMAPS:
+        what, look = HEATMAPS[name]
+        where = "Per layer (rows) over training (columns), one panel per variant"
+        return f"{where}: {what}. Look for: {look}."
+    shows, look = CAPTIONS.get(name, ("", ""))
     return f"{shows} Look for: {look}" if shows else ""
 
 
@@ -86,15 +116,15 @@ def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_d
         *("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows),
         "</table>",
     ]
-    entries = [e for e in report.get("lr_sweep", []) if e["lrs"]]
+    entries = lr_sweep.ranked(report.get("lr_sweep", []))
     if entries:
         parts.append("<h2>Learning-rate sensitivity</h2><table><tr><th>variant</th>"
                      "<th>best lr</th><th>final val loss</th><th>LR sensitivity</th>"
                      "<th>edge</th></tr>")  # fmt: skip
-        for e in sorted(entries, key=lambda e: e["best_val_loss"]):
+        for e in entries:
             parts.append(
                 f"<tr><td>{esc(e['label'])}</td><td>{e['best_lr']:g}</td>"
-                f"<td>{e['best_val_loss']:.4f}</td><td>{e['lr_sensitivity']:.4f}</td>"
+                f"<td>{e['best_val_loss']:.4f}</td><td>{esc(lr_sweep.sensitivity_text(e))}</td>"
                 f"<td>{'yes' if e['edge'] else 'no'}</td></tr>"
             )
         parts.append("</table>")

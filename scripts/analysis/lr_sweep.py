@@ -9,7 +9,11 @@ its best, and summarize how much a variant cares about the rate by its LR sensit
 l(lr) is the final validation loss at that rate (the mean over seeds; a diverged run counts at
 l0), l0 the loss at initialization (the mean first logged train loss of the variant's runs),
 l* = min over the lrs of l(lr). A variant whose best rate is the smallest or the largest swept
-(``edge``) may do better outside the grid: widen it before ranking on it.
+(``edge``) may do better outside the grid: widen it before ranking on it. A variant whose runs
+at its best rate all completed without training (training/record.did_not_train: they ended on
+the unigram or chance plateau) never trained at any rate: its curve is flat because nothing was
+learned, so it is marked "did not train" and ranked after every variant that trained, never as
+the least sensitive.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.analysis.runs import Run, finite
-from scripts.analysis.variants import Variant, label, sort_key
+from scripts.analysis.variants import Variant, label, md_cell, sort_key
 
 METRIC = "final_val_loss"
 
@@ -61,6 +65,7 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
                 "std": statistics.stdev(losses) if len(losses) > 1 else None,
                 "n": len(losses),
                 "diverged": sum(r.status == "diverged" for r in v.runs),
+                "did_not_train": sum(r.did_not_train is not None for r in v.runs),
             }
         )
     if not points:
@@ -77,7 +82,20 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
         "best_val_loss": best["loss"],
         "lr_sensitivity": sensitivity,
         "edge": len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]),
+        "did_not_train": best["did_not_train"] + best["diverged"] >= best["n"],
     }
+
+
+def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries with a curve, best loss first; variants that did not train after the rest."""
+    drawn = [e for e in entries if e["lrs"]]
+    return sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
+
+
+def sensitivity_text(entry: dict[str, Any]) -> str:
+    if entry.get("did_not_train"):
+        return "did not train"
+    return f"{entry['lr_sensitivity']:.4f}"
 
 
 def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]:
@@ -106,20 +124,19 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "Final val loss against the learning rate, each variant at its own best lr; LR "
         "sensitivity = mean over the swept lrs of min(l(lr), l0) - l* (Wortsman et al. 2023; "
         "a diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest "
-        "or largest swept, so the grid may not hold the variant's best.",
+        "or largest swept, so the grid may not hold the variant's best. `did not train`: every "
+        "run at the variant's best lr ended on the unigram (or chance) plateau, so its flat "
+        "curve measures nothing learned; such variants are ranked last.",
         "",
         "| variant | lrs | best lr | final val loss at best lr | LR sensitivity | l0 | edge |",
         "|---|---|---|---|---|---|---|",
     ]
-    ranked = sorted(entries, key=lambda e: e.get("best_val_loss", math.inf))
-    for e in ranked:
-        if not e["lrs"]:
-            continue
+    for e in ranked(entries):
         lrs = ", ".join(f"{x:g}" for x in e["lrs"])
         l0 = "–" if e["l0"] is None else f"{e['l0']:.3f}"
         out.append(
-            f"| {e['label']} | {lrs} | {e['best_lr']:g} | {e['best_val_loss']:.4f} | "
-            f"{e['lr_sensitivity']:.4f} | {l0} | {'yes' if e['edge'] else 'no'} |"
+            f"| {md_cell(e['label'])} | {lrs} | {e['best_lr']:g} | {e['best_val_loss']:.4f} | "
+            f"{sensitivity_text(e)} | {l0} | {'yes' if e['edge'] else 'no'} |"
         )
     return [*out, ""]
 
@@ -129,15 +146,19 @@ def plot(
 ) -> str | None:
     """Final val loss against lr (log axis), one line per variant with a ± one std seed band;
     diverged runs as x marks at l0 (dashed), the best lr of each variant circled."""
-    from scripts.analysis.xy import plt, save, series_colors
+    from scripts.analysis.xy import LINESTYLES, colour_label, plt, save, variant_colors
 
     drawn = [e for e in entries if e["lrs"]]
     if not drawn:
         return None
-    colors = series_colors([e["label"] for e in drawn])
+    # The report's colours (one per variant in every figure); depth, when swept, as line style.
+    fields = list(drawn[0]["variant"])
+    colors = variant_colors([e["variant"] for e in entries], fields)
+    depths = sorted({e["variant"].get("n_layer") for e in drawn}, key=sort_key)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for e in drawn:
-        color, points = colors[e["label"]], e["points"]
+        color, points = colors[colour_label(e["variant"], fields)], e["points"]
+        depth_ls = LINESTYLES[depths.index(e["variant"].get("n_layer")) % len(LINESTYLES)]
         xs = [p["lr"] for p in points]
         ys = [p["loss"] for p in points]
         std = [p["std"] or 0.0 for p in points]
@@ -146,8 +167,12 @@ def plot(
             [y + s for y, s in zip(ys, std, strict=True)], color=color, alpha=0.2, lw=0,
         )  # fmt: skip
         edge = ", best at the grid's edge" if e["edge"] else ""
-        tag = f"{e['label']} (sensitivity {e['lr_sensitivity']:.3f}{edge})"
-        ax.plot(xs, ys, "o-", color=color, lw=1.6, ms=4, label=tag)
+        if e.get("did_not_train"):
+            tag = f"{e['label']} (DID NOT TRAIN: on the plateau at every lr)"
+        else:
+            tag = f"{e['label']} (sensitivity {e['lr_sensitivity']:.3f}{edge})"
+        faint = 0.45 if e.get("did_not_train") else 1.0
+        ax.plot(xs, ys, marker="o", ls=depth_ls, color=color, lw=1.6, ms=4, label=tag, alpha=faint)
         ax.plot([e["best_lr"]], [e["best_val_loss"]], "o", mfc="none", mec=color, ms=11, mew=1.5)
         for p in points:
             if p["diverged"] and e["l0"] is not None:

@@ -28,15 +28,17 @@ from scripts.analysis import xy  # noqa: E402
 from scripts.analysis.heatmaps import write_heatmaps  # noqa: E402
 from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
 from scripts.analysis.runs import Series, log_slope  # noqa: E402
-from scripts.analysis.variants import Variant, label  # noqa: E402
-from scripts.analysis.xy import series_colors  # noqa: E402
+from scripts.analysis.variants import Variant, sort_key  # noqa: E402
+from scripts.analysis.xy import (  # noqa: E402
+    LINESTYLES,
+    colour_label,
+    series_colors,
+    variant_colors,
+)
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is
-
-
-def series_label(variant: Variant, fields: list[str]) -> str:
-    return label(variant.params, [f for f in fields if f != "n_layer"])
+FEW_POINTS = 4  # a curve with fewer logged points is drawn as points, without a line
 
 
 # --- one variant's curve -------------------------------------------------------------------------
@@ -89,7 +91,10 @@ def draw_variant(
     low, high = (mean / std, mean * std) if log_y else (mean - std, mean + std)
     ax.fill_between(steps, low, high, color=color, alpha=0.25, lw=0, zorder=2)
     marker = "o" if len(steps) <= 30 and not tau else None
-    ax.plot(steps, mean, color=color, lw=lw, ls=ls, marker=marker, ms=3, zorder=3)
+    if len(steps) < FEW_POINTS:  # two or three validations are points, not a trend
+        ax.plot(steps, mean, color=color, ls="none", marker="o", ms=5, zorder=3)
+    else:
+        ax.plot(steps, mean, color=color, lw=lw, ls=ls, marker=marker, ms=3, zorder=3)
     for run, pts in zip(runs, curves, strict=True):
         if run.status == "diverged" and pts and "loss" in metric:  # where it stopped
             ax.plot(*pts[-1], "x", color=color, ms=8, mew=2, zorder=4)
@@ -119,37 +124,25 @@ def legend_outside(fig: plt.Figure, colors: dict[str, Any], counts: dict[str, se
     fig.legend(handles=handles, loc="outside right upper", fontsize=8)
 
 
-LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
-
-
 class Styles:
-    """How each variant is drawn. With two keys besides the depth, the first sets the colour
-    and the second the line style, and the legend gives each mapping once; otherwise every
-    variant has a colour of its own."""
+    """How each variant is drawn, the same in every figure of a report: its colour from its
+    label over the swept keys but depth and lr (xy.variant_colors), its line style from its
+    learning rate when the sweep varies lr; the legend gives each mapping once."""
 
     def __init__(self, variants: list[Variant], fields: list[str]) -> None:
-        self.keys = [f for f in fields if f != "n_layer"]
         self.fields = fields
-        if len(self.keys) == 2:
-            first, second = ({v.params.get(k) for v in variants} for k in self.keys)
-            order = sorted(second, key=str)
-            self.colors = series_colors([f"{self.keys[0]}={x}" for x in first])
-            self.lines = {x: LINESTYLES[i % len(LINESTYLES)] for i, x in enumerate(order)}
-        else:
-            self.colors = series_colors([series_label(v, fields) for v in variants])
-            self.lines = {}
+        self.colors = variant_colors([v.params for v in variants], fields)
+        lrs = sorted({v.params.get("lr") for v in variants}, key=sort_key) if "lr" in fields else []
+        self.lines = {x: LINESTYLES[i % len(LINESTYLES)] for i, x in enumerate(lrs)}
 
     def of(self, v: Variant) -> tuple[str, Any, Any]:
         """(legend name, colour, line style) of variant ``v``."""
-        if self.lines:
-            a, b = (v.params.get(k) for k in self.keys)
-            return f"{self.keys[0]}={a}", self.colors[f"{self.keys[0]}={a}"], self.lines[b]
-        name = series_label(v, self.fields)
-        return name, self.colors[name], "-"
+        name = colour_label(v.params, self.fields)
+        return name, self.colors[name], self.lines.get(v.params.get("lr"), "-")
 
     def legend_extra(self) -> list[Line2D]:
         return [
-            Line2D([], [], color="black", lw=1.4, ls=ls, label=f"{self.keys[1]}={value}")
+            Line2D([], [], color="black", lw=1.4, ls=ls, label=f"lr={value}")
             for value, ls in self.lines.items()
         ]
 
@@ -198,7 +191,7 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(ScalarFormatter())  # 2.5, not 2.5 x 10^0
                 ax.yaxis.set_minor_formatter(ScalarFormatter())
-            else:
+            elif metric.endswith("loss"):  # other metrics keep every logged value in range
                 clip_losses(ax, [r for v in group for r in v.runs], metric)
             if "loss" in metric and (ref := reference_loss([r for v in group for r in v.runs])):
                 low, high = ax.get_ylim()

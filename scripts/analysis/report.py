@@ -25,7 +25,7 @@ from scripts.analysis.runs import (
     load_runs,
     read_yaml_flat,
 )
-from scripts.analysis.variants import group_variants, variant_fields
+from scripts.analysis.variants import group_variants, md_cell, variant_fields
 from scripts.analysis.wandb_report import wandb_target
 
 
@@ -92,6 +92,29 @@ PROBE_COLUMNS = {
 }
 
 
+def status_cell(row: dict[str, Any]) -> str:
+    """``2 completed, 1 diverged``; completed runs that did not train are counted apart."""
+    stalled = len(row.get("did_not_train") or ())
+    parts = []
+    for status, n in row["status_counts"].items():
+        if status == "completed" and stalled:
+            parts += [f"{n - stalled} completed"] if n > stalled else []
+            parts.append(f"{stalled} DID NOT TRAIN")
+        else:
+            parts.append(f"{n} {status}")
+    return ", ".join(parts)
+
+
+def stalled_warnings(report: dict[str, Any]) -> list[str]:
+    """One line per variant with runs that completed without training."""
+    return [
+        f"{r['label']}: {len(r['did_not_train'])} of {r['n_runs']} runs did not train "
+        f"({r['did_not_train'][0]}); its losses measure the plateau, not the variant"
+        for r in report["variants"]
+        if r.get("did_not_train")
+    ]
+
+
 def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The variant table: its header and one row of cell texts per variant."""
     rows = report["variants"]
@@ -106,10 +129,7 @@ def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         p, n = r["params"], r["n_runs"]
         cells = [p["model"], p["placement"], p["norm"], p["n_layer"], p["lr"], p["warmup_steps"]]
         cells += [p.get(f) for f in extra]
-        cells += [
-            ",".join(map(str, r["seeds"])),
-            ", ".join(f"{v} {k}" for k, v in r["status_counts"].items()),
-        ]
+        cells += [",".join(map(str, r["seeds"])), status_cell(r)]
         cells += [fmt_stat(r["best_val_loss"], n_all=n), fmt_stat(r["final_val_loss"], n_all=n)]
         cells += [fmt_stat(r["best_val_acc"], 3, n)] if has_acc else []
         cells += [", ".join(map(str, r["diverged_at_steps"])) or "–"]
@@ -119,11 +139,14 @@ def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, table
 
 
-def markdown_table(report: dict[str, Any]) -> str:
-    head, rows = table_cells(report)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(map(md_cell, head)) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(map(md_cell, cells)) + " |" for cells in rows]
     return "\n".join(lines)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    return md_table(*table_cells(report))
 
 
 def probe_cells(groups: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -138,9 +161,7 @@ def probe_cells(groups: list[dict[str, Any]]) -> tuple[list[str], list[list[str]
 
 
 def probe_table(groups: list[dict[str, Any]]) -> str:
-    head, rows = probe_cells(groups)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
+    return md_table(*probe_cells(groups))
 
 
 def trained(report: dict[str, Any]) -> bool:
@@ -179,8 +200,20 @@ def markdown(report: dict[str, Any]) -> str:
     if report["wandb_sync"]:
         out += [f"Upload the offline wandb runs: `wandb sync {report['wandb_sync']}`", ""]
     if report["warnings"]:
-        out += ["## Warnings", "", *(f"- {w}" for w in report["warnings"]), ""]
+        out += ["## Warnings", "", *(f"- {md_cell(w)}" for w in report["warnings"]), ""]
     return "\n".join(out)
+
+
+# The figures that answer a sweep's question come first: its loss against the lr (an lr sweep),
+# against depth (a depth sweep), the curves over training; the per-metric figures after them,
+# the per-layer heat maps last.
+QUESTION_ORDER = ("lr_sensitivity.png", "best_val_vs_depth.png", "init_grid.png", "loss_curves.png")
+
+
+def question_first(name: str) -> tuple[int, int]:
+    if name in QUESTION_ORDER:
+        return 0, QUESTION_ORDER.index(name)
+    return (2, 0) if name.startswith("heat_") else (1, 0)
 
 
 def compare(
@@ -214,8 +247,10 @@ def compare(
         "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
         "warnings": list(warn),
     }
+    report["warnings"] += stalled_warnings(report)
     if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
         report["plots"].append(name)
+    report["plots"].sort(key=question_first)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out_dir / "report.md").write_text(markdown(report))
     probed = report["init_probe"] and not trained(report)

@@ -271,6 +271,15 @@ class Run:
     def seed(self) -> Any:
         return first_present([self.summary, self.config], ("seed",))
 
+    @property
+    def did_not_train(self) -> str | None:
+        """Why this completed run did not train (training/record.did_not_train), or None; an
+        older summary.json without the field is judged from its metrics.csv's first loss."""
+        if "did_not_train" in self.summary:
+            return self.summary["did_not_train"] or None
+        first = self.metrics.get("train/loss")
+        return record.did_not_train(self.summary, first[0][1] if first else None)
+
     def result(self, name: str) -> float | None:
         """A result from summary.json, else reduced from metrics.csv."""
         value = finite(self.summary.get(name))

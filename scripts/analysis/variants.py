@@ -4,6 +4,7 @@ the seed), with mean ± sample std over seeds of each result.
 
 from __future__ import annotations
 
+import html
 import statistics
 from collections import Counter
 from collections.abc import Iterable
@@ -77,6 +78,12 @@ def label(params: dict[str, Any], fields: Iterable[str]) -> str:
     return " ".join(parts) or "all runs"
 
 
+def md_cell(text: Any) -> str:
+    """A markdown table cell showing ``text`` literally: a ``|`` would end the cell, a newline
+    the row, and raw HTML would render (report.html escapes the same values)."""
+    return html.escape(" ".join(str(text).split())).replace("|", "\\|")
+
+
 @dataclass
 class Variant:
     params: dict[str, Any]  # the canonical fields plus the variant fields
@@ -97,6 +104,7 @@ class Variant:
             "seeds": sorted({r.seed for r in self.runs}, key=sort_key),
             "n_runs": len(self.runs),
             "status_counts": dict(sorted(Counter(r.status for r in self.runs).items())),
+            "did_not_train": [why for r in done if (why := r.did_not_train)],
             "best_val_loss": stats(r.result("best_val_loss") for r in done),
             "final_val_loss": stats(r.result("final_val_loss") for r in done),
             "final_train_loss": stats(r.result("final_train_loss") for r in done),
@@ -116,6 +124,7 @@ def run_record(run: Run) -> dict[str, Any]:
     record = {"run_dir": str(run.path), "seed": run.seed, "status": run.status}
     for name in RUN_FIELDS[1:]:
         record[name] = run.result(name) if name != "diverged_at_step" else run.summary.get(name)
+    record["did_not_train"] = run.did_not_train
     if run.summary.get("error"):
         record["error"] = run.summary["error"]
     return record

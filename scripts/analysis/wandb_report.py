@@ -40,9 +40,11 @@ def wandb_target(runs: list[Run]) -> dict[str, Any] | None:
 
 def lr_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """The LR-sensitivity table (scripts/analysis/lr_sweep.py) as wandb Table columns and rows."""
-    columns = ["variant", "best_lr", "best_val_loss", "lr_sensitivity", "edge", "lrs"]
+    columns = ["variant", "best_lr", "best_val_loss", "lr_sensitivity", "did_not_train", "edge",
+               "lrs"]  # fmt: skip
     rows = [
-        [e["label"], e.get("best_lr"), e.get("best_val_loss"), e.get("lr_sensitivity"),
+        [e["label"], e.get("best_lr"), e.get("best_val_loss"),
+         None if e.get("did_not_train") else e.get("lr_sensitivity"), bool(e.get("did_not_train")),
          e.get("edge"), ", ".join(f"{x:g}" for x in e["lrs"])]
         for e in entries
     ]  # fmt: skip

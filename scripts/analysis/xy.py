@@ -34,6 +34,22 @@ REDUCE = {
 }
 
 
+# Keys a report draws as panels, x axes or line styles, never as colours: the colour of a
+# variant is its label over the other swept keys, the same in every figure of a report.
+AXIS_KEYS = ("n_layer", "lr")
+
+
+def colour_label(params: dict[str, Any], fields: list[str]) -> str:
+    """The name a variant's colour is keyed on: its label over the fields but depth and lr."""
+    return label(params, [f for f in fields if f not in AXIS_KEYS])
+
+
+def variant_colors(params: list[dict[str, Any]], fields: list[str]) -> dict[str, Any]:
+    """Colour label -> colour over every variant of a report: each figure that calls it with
+    the report's variants gives one variant one colour."""
+    return series_colors([colour_label(p, fields) for p in params])
+
+
 def series_colors(labels: list[str]) -> dict[str, Any]:
     """One color per series name; tab20 past ten series, so no two share a color."""
     names = sorted(set(labels))
@@ -96,7 +112,12 @@ def y_label(y: str) -> str:
     return f"{how} over steps of {metric}" if sep else y
 
 
-def draw_panel(ax, series: dict[str, list[Variant]], x: str, y: str, colors, position) -> list:
+LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
+
+
+def draw_panel(
+    ax, series: dict[str, list[Variant]], x: str, y: str, colors, position, styles=None
+) -> list:
     """Seed dots, mean line and ± std band per series; returns the diverged marks to place.
     Values spanning 100x or more get a log axis (a band's lower edge then stays above 0)."""
     diverged, drawn = [], []
@@ -121,7 +142,8 @@ def draw_panel(ax, series: dict[str, list[Variant]], x: str, y: str, colors, pos
             low = [max(m - s, m / 10) for m, s in zip(means, stds, strict=True)]
             high = [m + s for m, s in zip(means, stds, strict=True)]
             ax.fill_between(xs, low, high, color=colors[name], alpha=0.2, lw=0)
-            ax.plot(xs, means, "o-", color=colors[name], lw=1.6, ms=4)
+            ls = (styles or {}).get(name, "-")
+            ax.plot(xs, means, marker="o", ls=ls, color=colors[name], lw=1.6, ms=4)
     if drawn and min(drawn) > 0 and max(drawn) / min(drawn) >= 100:
         ax.set_yscale("log")
     return diverged
@@ -165,12 +187,19 @@ def plot_xy(
         return None
     scale = x_scale(x, values)
     position = (lambda value: value) if scale else (lambda value: values.index(value))
-    colors = series_colors(list(series))
+    palette = variant_colors([v.params for v in variants], fields)
+    colors = {n: palette[colour_label(vs[0].params, fields)] for n, vs in series.items()}
+    lrs = sorted({vs[0].params.get("lr") for vs in series.values()}, key=sort_key)
+    styles = {
+        n: LINESTYLES[lrs.index(vs[0].params.get("lr")) % len(LINESTYLES)]
+        if x != "lr" and "lr" in fields else "-"
+        for n, vs in series.items()
+    }  # fmt: skip
     size = (5.2 * len(ys) + 2.2, 3.8)
     fig, axes = plt.subplots(1, len(ys), figsize=size, squeeze=False, layout="constrained")
     any_diverged = False
     for ax, y in zip(axes[0], ys, strict=True):
-        diverged = draw_panel(ax, series, x, y, colors, position)
+        diverged = draw_panel(ax, series, x, y, colors, position, styles)
         if diverged:
             mark_diverged(ax, diverged, colors, len(series), scale)
             any_diverged = True
@@ -179,7 +208,9 @@ def plot_xy(
         ax.set_title(f"{y_label(y)} vs {x}", fontsize=10)
         ax.grid(alpha=0.3)
     handles = [
-        plt.Line2D([], [], color=c, marker="o", label=f"{n} ({seed_count(series[n])} seeds)")
+        plt.Line2D(
+            [], [], color=c, ls=styles[n], marker="o", label=f"{n} ({seed_count(series[n])} seeds)"
+        )
         for n, c in colors.items()
     ]
     handles += [plt.Line2D([], [], color="gray", lw=6, alpha=0.2, label="± 1 std over seeds")]

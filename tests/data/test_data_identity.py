@@ -182,3 +182,17 @@ def test_a_cache_dir_that_cannot_be_written_names_the_fix(tmp_path, monkeypatch)
     monkeypatch.setattr(Path, "mkdir", read_only)
     with pytest.raises(OSError, match=r"cannot write the data cache .*data\.cache_dir="):
         text_dm(tmp_path)
+
+
+def test_a_corpus_edited_in_place_with_its_size_and_mtime_kept_is_seen(tmp_path):
+    """Its content is part of the cache key (up to corpora.HASHED_BYTES), so the run trains on
+    the edited text, under another data.identity, not on the stale cache."""
+    first = text_dm(tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    stat = corpus.stat()
+    corpus.write_text(corpus.read_text().replace("quick", "QUICK"))  # same size
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime
+    assert corpus.stat().st_size == stat.st_size and corpus.stat().st_mtime_ns == stat.st_mtime_ns
+    second = text_dm(tmp_path)
+    assert second.identity != first.identity
+    assert second.vocab_size > first.vocab_size  # Q, U, I, C, K are new characters

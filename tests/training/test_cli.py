@@ -24,7 +24,6 @@ def test_shell_completion_installs_and_answers_queries():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["placement=post"]
-    preflight(["-sc", "install=bash"])  # no "unknown setting 'install'"
     assert overrides_of(["-m", "-sc", "query=bash", "seed=1", "--cfg", "job"]) == ["seed=1"]
 
 
@@ -44,8 +43,52 @@ def test_a_nested_typo_is_one_line_naming_the_key(arg, line):
     assert line in message and "\n" not in message and "+" not in message.split(";")[0]
 
 
+def test_completion_works_in_the_readmes_form(tmp_path):
+    """`.venv/bin/python train.py` (the README's form): the installed script treats any path to
+    a Python as python, the query reads the line as `python train.py ...`, and a query without
+    COMP_LINE (not from the shell) is one line."""
+    install = subprocess.run(
+        [sys.executable, "train.py", "-sc", "install=bash"], cwd=ROOT, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert install.returncode == 0 and "=~ ^python[0-9.]*$" in install.stdout
+    script = tmp_path / "complete.sh"
+    script.write_text(
+        f'cd {ROOT}\neval "$(cat {tmp_path / "install.sh"})"\n'
+        f'COMP_LINE="{sys.executable} train.py placement=po"; COMP_POINT=${{#COMP_LINE}}\n'
+        "COMP_WORDS=($COMP_LINE); COMP_CWORD=2\nhydra_bash_completion\n"
+        'echo "REPLY: ${COMPREPLY[*]}"\n'
+    )
+    (tmp_path / "install.sh").write_text(install.stdout)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    assert "REPLY: placement=post" in done.stdout, done.stdout + done.stderr
+    env = {k: v for k, v in os.environ.items() if k != "COMP_LINE"}
+    bare = subprocess.run(
+        [sys.executable, "train.py", "-sc", "query=bash"], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bare.returncode != 0 and bare.stderr.count("\n") == 1 and "COMP_LINE" in bare.stderr
+    assert "Traceback" not in bare.stderr
+
+
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["placement.alpha=2"], "placement=pre has no setting 'alpha'"),
+        (["placement=post,deepnorm", "placement.beta=1"], "placement=post has no setting 'beta'"),
+        (["model=vit", "model.block_size=64"], "model=vit has no setting 'block_size'"),
+    ],
+)
+def test_a_key_the_chosen_option_lacks_is_one_line(args, line):
+    with pytest.raises(SystemExit) as err:
+        preflight(args)
+    message = str(err.value)
+    assert line in message and "\n" not in message and "options with" in message
+
+
 def test_valid_nested_keys_pass():
-    preflight(["model.n_layer=4", "placement.alpha=2", "norm.eps=1e-6", "data.batch_size=8"])
+    preflight(["model.n_layer=4", "norm.eps=1e-6", "data.batch_size=8"])
+    preflight(["placement=deepnorm", "placement.alpha=2"])
     preflight(["model=vit", "model.patch_size=2", "trainer.gradient_clip_val=1.0"])
 
 

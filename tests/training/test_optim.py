@@ -166,3 +166,14 @@ def test_an_interrupted_muon_run_resumes_to_the_uninterrupted_one(
     over = [*tiny_run, "optim=muon", "optim.warmup_steps=2", "trainer.max_steps=6"]
     # equal losses: Muon's momentum and AdamW's moments travel in the checkpoint
     interrupted_and_uninterrupted(compose_cfg, over, tmp_path, monkeypatch)
+
+
+def test_with_weight_norm_muon_takes_the_directions_and_adamw_the_magnitudes():
+    """weight norm's g is (out, 1): a vector, which Muon's orthogonalization would flatten."""
+    model = GPT(GPTConfig(**TINY, weight_norm=True))
+    muon, adam = OPTIMIZERS["muon"](model, OptimConfig(name="muon")).parts
+    names = {id(p): n for n, p in model.named_parameters()}
+    on_muon = [names[id(p)] for g in muon.param_groups for p in g["params"]]
+    on_adam = {names[id(p)] for g in adam.param_groups for p in g["params"]}
+    assert on_muon and all(n.endswith("original1") for n in on_muon)  # the directions v
+    assert sum(n.endswith("original0") for n in on_adam) == len(on_muon)  # every magnitude g

@@ -96,8 +96,8 @@ def test_a_model_key_another_group_sets_is_refused_naming_it(
     [
         ("trainer.precision=16-mixed", r"needs a GPU.*trainer\.precision=bf16-mixed"),
         ("trainer.precision=64", r"trainer\.precision=64 is not one normlab runs"),
-        ("optim.lr=nan", r"optim values must be finite"),
-        ("optim.lr=inf", r"optim values must be finite"),
+        ("optim.lr=nan", r"optim.lr must be a finite number"),
+        ("optim.lr=inf", r"optim.lr must be a finite number"),
         ("trainer.gradient_clip_val=nan", r"gradient_clip_val=nan must be a finite number"),
         ("trainer.gradient_clip_val=-1", r"gradient_clip_val=-1 must be a finite number"),
         ("seed=4294967296", r"seed must be in \[0, 4294967295\]"),
@@ -145,7 +145,12 @@ def test_evaluate_says_when_the_data_changed_and_bad_files_are_one_line(
             main(argv)
         err = capsys.readouterr().err
         assert exit_.value.code == 1 and err.startswith("error: ") and err.count("\n") == 1, err
-    (run / "last.ckpt").write_bytes(cut.read_bytes())
+    (run / "last.ckpt").write_bytes(cut.read_bytes())  # not the file its digest was taken of
+    with pytest.raises(SystemExit):
+        sample.main([str(run)])
+    err = capsys.readouterr().err
+    assert "is damaged" in err and "pass a run dir whose last.ckpt is whole" in err
+    (run / "last.ckpt.sha256").unlink()  # an older run dir, without digests: torch's own check
     with pytest.raises(SystemExit):
         sample.main([str(run)])
     assert "is unreadable or unsafe" in capsys.readouterr().err

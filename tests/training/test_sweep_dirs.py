@@ -3,6 +3,7 @@ outcome is its own record, so a job refused by its dir's lock is counted, not ov
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -119,3 +120,53 @@ def test_an_optuna_search_minimizes_the_final_val_loss(tmp_path):
     losses = [json.loads(p.read_text())["final_val_loss"] for p in tmp_path.glob("*/summary.json")]
     results = (tmp_path / "optimization_results.yaml").read_text()
     assert len(losses) == 2 and f"best_value: {min(losses)}" in results
+
+
+def test_a_trial_that_diverges_or_fails_is_a_bad_value_never_nan():
+    """Optuna rejects NaN and the sweeper then ends the search: a diverged trial scores its loss
+    at init, a failed one the documented worst value."""
+    from training.sweep import WORST_OBJECTIVE, objective_value
+
+    assert objective_value({"status": "completed", "final_val_loss": 1.5}) == 1.5
+    assert objective_value({"status": "diverged", "final_val_loss": None, "init_loss": 4.2}) == 4.2
+    assert objective_value({"status": "diverged", "init_loss": None}) == WORST_OBJECTIVE
+    assert objective_value({"outcome": "failed"}) == WORST_OBJECTIVE
+    assert (
+        objective_value({"status": "completed", "final_val_loss": float("nan")}) == WORST_OBJECTIVE
+    )
+
+
+@pytest.mark.slow  # 15 s, a 2-trial search; fast version: the objective test above
+def test_a_search_goes_on_past_a_diverged_trial(tmp_path):
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "train.py", "-m", "hparams_search=lr_warmup", *TINY_RUN,
+         "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "optim.warmup_steps=range(0,1)",
+         "optim.lr=choice(1000.0,0.005)", f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    statuses = sorted(json.loads(p.read_text())["status"] for p in tmp_path.glob("*/summary.json"))
+    assert "diverged" in statuses and (tmp_path / "optimization_results.yaml").is_file()
+    assert "Traceback" not in done.stderr
+
+
+def test_a_second_sweep_into_a_busy_sweep_dir_is_refused_up_front(tmp_path):
+    """Two sweeps on one dir would each count the other's jobs as theirs: the second is refused
+    in one line before any job starts, naming the holder."""
+    from training.dirlock import RunDirLock
+
+    lock = RunDirLock(tmp_path, "sweep dir", "another hydra.sweep.dir")
+    lock.acquire()  # held by this process, as a running sweep holds it
+    try:
+        done = subprocess.run(
+            [sys.executable, "train.py", "-m", *TINY_RUN, "seed=0,1",
+             f"hydra.sweep.dir={tmp_path}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        lock.release()
+    assert done.returncode != 0
+    assert f"PID {os.getpid()}" in done.stderr and "another hydra.sweep.dir" in done.stderr
+    assert not list(tmp_path.glob("*/summary.json"))  # no job ran

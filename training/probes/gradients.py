@@ -25,8 +25,37 @@ def grad_norm_groups(module: nn.Module, blocks: Sequence[nn.Module]) -> dict[str
         groups[f"grad_norm/layer_{i}"] = list(block.parameters())
         groups[f"grad_norm/layer_{i}/attn"] = list(block.attn.parameters())
         groups[f"grad_norm/layer_{i}/mlp"] = list(block.mlp.parameters())
-    groups["grad_norm/last_fc2"] = [blocks[-1].mlp.fc2.weight]
+    groups["grad_norm/last_fc2"] = [EffectiveWeight(blocks[-1].mlp.fc2)]
     return groups
+
+
+class EffectiveWeight:
+    """The weight a Linear multiplies by, as a group member whose ``grad`` is dL/dW also when
+    a parametrization computes W from other parameters (weight norm: W = g v / ||v||, whose
+    own ``weight`` has no gradient: torch computes it afresh at each access)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        self.linear = linear
+
+    @property
+    def grad(self) -> torch.Tensor | None:
+        return weight_grad(self.linear)
+
+
+def weight_grad(linear: nn.Linear) -> torch.Tensor | None:
+    """dL/dW of ``linear``. Under weight norm (rows w_i = g_i v_i / ||v_i||, u_i = v_i / ||v_i||)
+    dL/dv_i = (g_i / ||v_i||) (G_i - (G_i . u_i) u_i) and dL/dg_i = G_i . u_i, so
+    G_i = (||v_i|| / g_i) dL/dv_i + (dL/dg_i) u_i (exact where g_i != 0)."""
+    from torch.nn.utils import parametrize
+
+    if not parametrize.is_parametrized(linear, "weight"):
+        return linear.weight.grad
+    p = linear.parametrizations.weight
+    g, v = p.original0, p.original1  # (out, 1), (out, in): weight_norm over dim 0
+    if g.grad is None or v.grad is None:
+        return None
+    norm = v.detach().norm(dim=1, keepdim=True)
+    return (norm / g.detach()) * v.grad + g.grad * (v.detach() / norm)
 
 
 def group_norms(

@@ -7,11 +7,20 @@ one was; ``torch.load`` on a
 cut or foreign file raises a multi-line unpickling error; a full or read-only disk surfaces as a
 bare ``OSError``. ``AtomicCheckpointIO`` writes through a temporary file and a rename;
 ``read_checkpoint`` and ``disk_error`` turn the failures into one line naming the fix.
+
+A rename makes a write whole, not the file right: a same-size corruption later (flipped bytes
+on disk, a copy gone wrong) still unpickles, and resumed a run to wrong numbers. Each save
+therefore records the file's SHA-256 in ``<name>.sha256`` beside it, and every load checks it:
+a damaged checkpoint is refused in one line. The digest file lists the previous file's digest
+too while the rename is under way, so a kill between the two writes never makes a good file
+look damaged. A checkpoint without a digest file (written before this) loads unchecked.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -21,7 +30,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 CHECKPOINT = "last.ckpt"
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
-DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM)
+DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG)
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class DiskError(OSError):
@@ -32,7 +42,7 @@ def disk_error(err: OSError, path: Path) -> DiskError | OSError:
     """A one-line DiskError for a full, read-only or forbidden directory; else ``err``."""
     if err.errno not in DISK_ERRORS:
         return err
-    why = "is full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "is not writable"
+    why = "is full" if err.errno in FULL else "is not writable"
     return DiskError(
         err.errno,
         f"cannot write {path.name}: {path.parent} {why} ({os.strerror(err.errno)}); free space "
@@ -42,6 +52,24 @@ def disk_error(err: OSError, path: Path) -> DiskError | OSError:
 
 
 # --- writing and reading checkpoints --------------------------------------------------------
+class WriteErrors:
+    """A file that remembers the OSError a write raised: torch.save's zip writer turns it into a
+    RuntimeError about the stream, losing the errno (ENOSPC, EFBIG) that names the cause."""
+
+    def __init__(self, file) -> None:
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes ``<path>.tmp`` next to the target, fsyncs it, then renames it over the target, so a
     kill or a full disk at any moment leaves the old checkpoint or the new one, never a mix.
@@ -55,11 +83,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         tmp = path.with_name(path.name + ".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
+            with open(tmp, "wb") as raw:
+                f = WriteErrors(raw)
+                try:
+                    torch.save(checkpoint, f)
+                except RuntimeError as err:  # torch's zip writer hides the OSError behind it
+                    if f.error is None:
+                        raise
+                    raise f.error from err
                 f.flush()
                 os.fsync(f.fileno())
+            new = file_digest(tmp)
+            old = recorded_digests(path)[:1] if path.is_file() else []
+            write_digests(path, [new, *old])  # either file passes while the rename is under way
             os.replace(tmp, path)
+            write_digests(path, [new])
         except OSError as err:
             tmp.unlink(missing_ok=True)
             raise disk_error(err, path) from err
@@ -71,17 +109,71 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return load_checkpoint(Path(path))
 
 
+def digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def recorded_digests(path: Path) -> list[str]:
+    """The digests recorded for ``path`` (none: no digest file, or an unreadable one)."""
+    try:
+        found = json.loads(digest_path(path).read_text())["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [d for d in found if isinstance(d, str)] if isinstance(found, list) else []
+
+
+def write_digests(path: Path, digests: list[str]) -> None:
+    target = digest_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps({"sha256": digests}) + "\n")
+    os.replace(tmp, target)
+
+
+class DamagedCheckpoint(ValueError):
+    """The file's digest is not the one recorded when it was written."""
+
+
+RESUME_FIX = (
+    "resume=false starts the run fresh (the damaged file moves aside), or restore the file "
+    "from a copy"
+)
+
+
+def verify(path: Path, fix: str = RESUME_FIX) -> None:
+    """Raise DamagedCheckpoint when ``path`` differs from every digest recorded at its save."""
+    recorded = recorded_digests(path)
+    if recorded and file_digest(path) not in recorded:
+        raise DamagedCheckpoint(
+            f"checkpoint {path} is damaged: its SHA-256 differs from the one recorded when it "
+            f"was written ({digest_path(path).name}); {fix}"
+        )
+
+
 def load_checkpoint(path: Path) -> dict:
-    """Tensors, containers and numbers only: a crafted file cannot run code here."""
+    """Tensors, containers and numbers only: a crafted file cannot run code here; a file whose
+    digest differs from the one written with it is refused (DamagedCheckpoint)."""
+    verify(path)
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def read_checkpoint(path: Path, fix: str = "delete it or pass resume=false to start fresh") -> dict:
+READ_FIX = "delete it or pass resume=false to start fresh"
+
+
+def read_checkpoint(path: Path, fix: str = READ_FIX) -> dict:
     """The checkpoint's contents, or one line saying why it cannot be used (and ``fix``)."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist; fix ckpt_path")
+    verify(path, RESUME_FIX if fix == READ_FIX else fix)
     try:
-        ckpt = load_checkpoint(path)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # verified just above
     except Exception as err:  # torch raises many types for truncated, foreign or unsafe files
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
         raise ValueError(f"checkpoint {path} is unreadable or unsafe ({reason}); {fix}") from err

@@ -88,7 +88,31 @@ def variant(report: dict, **params: Any) -> dict:
     if len(rows) != 1:
         what = " ".join(f"{k}={v}" for k, v in params.items())
         raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
+    if "lr" in params:
+        note_fixed_lr(report, params)
     return rows[0]
+
+
+def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
+    """A claim about one fixed rate took this row at ``params["lr"]``: keep, for its verdict,
+    the variant's mean score at every swept lr (report["fixed_lrs"]), so the verdict says which
+    rate it was decided at and what the other rates show."""
+    others = {k: v for k, v in params.items() if k != "lr"}
+    rows = [
+        r
+        for r in report.get("variants", [])
+        if all(close(r["params"].get(k), v) for k, v in others.items())
+    ]
+    by_lr = {}
+    for r in sorted(rows, key=lambda r: r["params"].get("lr") or 0):
+        found = scores(r)
+        if found and r["params"].get("lr") is not None:
+            by_lr[r["params"]["lr"]] = math.inf if math.inf in found else statistics.fmean(found)
+    if len(by_lr) > 1:
+        name = "-".join(short(k, v) for k, v in others.items()) or "all"
+        entry = report.setdefault("fixed_lrs", {}).setdefault(name, {"used": [], "by_lr": by_lr})
+        if params["lr"] not in entry["used"]:
+            entry["used"].append(params["lr"])
 
 
 def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
@@ -120,9 +144,25 @@ def short(key: str, value: Any) -> str:
     return f"L{value}" if key == "n_layer" else f"{key.split('.')[-1]}={value}"
 
 
-def note_lrs(verdict: Verdict, chosen: dict[str, dict]) -> Verdict:
+def note_lrs(verdict: Verdict, chosen: dict[str, dict], fixed: dict | None = None) -> Verdict:
     """Record in the verdict the best lr each variant it compared was taken at, and say which
-    sit at an edge of the grid."""
+    sit at an edge of the grid; for a claim decided at a fixed rate, that rate and each
+    variant's mean best val loss at every swept rate (``fixed``: report["fixed_lrs"])."""
+    # a variant read at exactly one of its swept rates (a claim that reads the whole curve is
+    # about every rate, and says so in its own measures)
+    fixed = {k: f for k, f in (fixed or {}).items() if len(f["used"]) == 1}
+    if fixed:
+        verdict.measured["fixed_lr"] = {k: f["used"][0] for k, f in fixed.items()}
+        shown = "; ".join(
+            f"{k}: " + ", ".join(
+                f"{lr:g} {'diverged' if math.isinf(x) else f'{x:.3f}'}"
+                + (" (used)" if close(lr, f["used"][0]) else "")
+                for lr, x in f["by_lr"].items()
+            )
+            for k, f in fixed.items()
+        )  # fmt: skip
+        said = f"decided at one fixed lr (the claim is about that rate); every swept lr: {shown}"
+        verdict.note = "; ".join(x for x in (verdict.note, said) if x)
     if not chosen:
         return verdict
     verdict.measured["best_lr"] = {k: c["best_lr"] for k, c in chosen.items()}

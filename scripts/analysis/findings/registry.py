@@ -406,10 +406,14 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
     for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
         v = Verdict(claim.id, claim.statement, claim.source)
         report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
+        report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
         try:
-            v = note_lrs(claim.check(report, settings, v), report["chosen_lrs"])
+            v = note_lrs(
+                claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
+            )
         except NoData as err:
             v.status, v.note = "NO DATA", str(err)
         out.append(v)
     report.pop("chosen_lrs", None)
+    report.pop("fixed_lrs", None)
     return out

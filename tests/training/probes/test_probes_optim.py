@@ -269,3 +269,27 @@ def test_train_run_logs_every_probe_and_writes_loss_spikes(tmp_path, tiny_run, c
         values = [float(r[name]) for r in rows if r[name]]
         assert values and all(math.isfinite(v) for v in values), name
     assert {c.split("/")[0] for c in columns} <= set(SECTIONS)
+
+
+def test_last_fc2_reads_the_effective_weights_gradient_under_weight_norm():
+    """W = g v / ||v|| is computed at each access and has no .grad of its own; the probe's
+    dL/dW, rebuilt from dL/dg and dL/dv, equals autograd's gradient of a plain Linear holding
+    the same W."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    from training.probes.gradients import weight_grad
+
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(5, 4)
+    normed = weight_norm(torch.nn.Linear(5, 4), name="weight", dim=0)
+    with torch.no_grad():
+        normed.parametrizations.weight.original1.copy_(torch.randn(4, 5))
+        normed.parametrizations.weight.original0.copy_(torch.rand(4, 1) + 0.5)
+        plain.weight.copy_(normed.weight)
+        plain.bias.copy_(normed.bias)
+    x = torch.randn(7, 5)
+    for layer in (plain, normed):
+        (layer(x) ** 3).sum().backward()
+    assert weight_grad(plain) is plain.weight.grad
+    torch.testing.assert_close(weight_grad(normed), plain.weight.grad, rtol=1e-5, atol=1e-6)
+    assert weight_grad(normed).abs().sum() > 0

@@ -87,7 +87,12 @@ def test_rerun_skips_a_finished_run_and_resume_false_starts_fresh(tmp_path, tiny
     fresh = train.run(compose_cfg([*tiny_run, "resume=false", f"run_dir={tmp_path}"]))
     assert fresh["resumed_from_step"] is None and fresh["status"] == "completed"
     (aside,) = (tmp_path / "checkpoints").glob("superseded-*")
-    assert {p.name for p in aside.iterdir()} == {"last.ckpt", "metrics.csv", "summary.json"}
+    assert {p.name for p in aside.iterdir()} == {
+        "last.ckpt",
+        "last.ckpt.sha256",
+        "metrics.csv",
+        "summary.json",
+    }
     assert metric_rows(aside / "metrics.csv") == metric_rows(tmp_path / "metrics.csv")
 
 
@@ -121,7 +126,10 @@ def test_checkpoint_write_is_all_or_nothing(fault, error, tmp_path, monkeypatch)
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=True) == {"step": 1}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "last.ckpt",
+        "last.ckpt.sha256",
+    ]  # no .tmp
     if error is DiskError:  # one line naming the directory and the fix
         message = str(err.value)
         assert "\n" not in message and str(tmp_path) in message and "free space" in message
