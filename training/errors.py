@@ -36,6 +36,14 @@ class Refused(ConfigError):
     """A run dir that this attempt may not write: other settings, or another writer."""
 
 
+class DiskError(OSError):
+    """The run dir cannot be written (full, read-only); the message names the directory and the
+    fix. Raised mid-training too (a checkpoint save): one line, as a ConfigError is."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()  # the message alone, no "[Errno 28]"
+
+
 class Interrupted(BaseException):
     """The run stopped on SIGTERM / SIGINT: at a step boundary with a checkpoint (during the fit),
     or wherever it was (imports, data preparation, the final validation), resumable from its
@@ -151,7 +159,7 @@ def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]
                 sys.stdout.flush()
                 os._exit(128 + err.signum)
             raise SystemExit(128 + err.signum) from None
-        except ConfigError as err:
+        except (ConfigError, DiskError) as err:
             if debug:
                 raise
             if not sweep:

@@ -28,14 +28,12 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from training.errors import DiskError
+
 CHECKPOINT = "last.ckpt"
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
 DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG)
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-class DiskError(OSError):
-    """The run dir cannot be written; the message names the directory and the fix."""
 
 
 def disk_error(err: OSError, path: Path) -> DiskError | OSError:

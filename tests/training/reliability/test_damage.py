@@ -78,15 +78,8 @@ def test_a_run_whose_checkpoint_was_damaged_is_refused_then_starts_fresh(
     assert {"last.ckpt", "last.ckpt.sha256"} <= {p.name for p in aside.iterdir()}
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
-def test_a_full_disk_inside_torchs_zip_writer_is_one_line_and_keeps_the_last_good(
-    tmp_path, monkeypatch, code
-):
-    """torch.save turns the file's OSError into a RuntimeError about the stream; the errno
-    still reaches the message, and the last good checkpoint and its digest stay."""
-    path = tmp_path / "last.ckpt"
-    io = AtomicCheckpointIO()
-    io.save_checkpoint({"state_dict": {"w": torch.zeros(10)}, "global_step": 1}, path)
+def fill_disk_after(monkeypatch, limit: int, code: int = errno.ENOSPC) -> None:
+    """Checkpoint writes (``*.tmp``) raise OSError(code) once ``limit`` bytes are written."""
     real_open = open
 
     class Fills:
@@ -95,7 +88,7 @@ def test_a_full_disk_inside_torchs_zip_writer_is_one_line_and_keeps_the_last_goo
 
         def write(self, data) -> int:
             self.written += len(data)
-            if self.written > 2000:
+            if self.written > limit:
                 raise OSError(code, "disk full")
             return self.f.write(data)
 
@@ -113,12 +106,46 @@ def test_a_full_disk_inside_torchs_zip_writer_is_one_line_and_keeps_the_last_goo
         return Fills(f) if "w" in mode and str(file).endswith(".tmp") else f
 
     monkeypatch.setattr(checkpoints, "open", fills, raising=False)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+def test_a_full_disk_inside_torchs_zip_writer_is_one_line_and_keeps_the_last_good(
+    tmp_path, monkeypatch, code
+):
+    """torch.save turns the file's OSError into a RuntimeError about the stream; the errno
+    still reaches the message, and the last good checkpoint and its digest stay."""
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(10)}, "global_step": 1}, path)
+    fill_disk_after(monkeypatch, 2000, code)
     with pytest.raises(DiskError) as err:
         io.save_checkpoint({"state_dict": {"w": torch.zeros(100_000)}, "global_step": 2}, path)
     monkeypatch.undo()
     assert "\n" not in str(err.value) and "is full" in str(err.value)
     assert read_checkpoint(path)["global_step"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
+
+
+def test_a_full_disk_mid_training_is_one_line_and_an_honest_record(
+    tmp_path, tiny_run, compose_cfg, monkeypatch
+):
+    """The record says failed with the disk's one line and the step the fit reached (not 0);
+    train.py's error policy prints that line, not a traceback."""
+    from training.errors import one_line_errors
+
+    run_dir = tmp_path / "run"
+    fill_disk_after(monkeypatch, 2000)
+    over = [*tiny_run, "trainer.max_steps=4", "checkpoint.every_n_steps=2", f"run_dir={run_dir}"]
+    with pytest.raises(DiskError):
+        train.run(compose_cfg(over))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "is full" in summary["error"]
+    assert summary["steps"] == 2  # the first checkpoint was due after step 2
+    with pytest.raises(SystemExit) as exit_:
+        one_line_errors(lambda cfg: train.run(cfg))(compose_cfg([*over, "resume=false"]))
+    assert str(exit_.value).startswith("error: cannot write last.ckpt") and "\n" not in str(
+        exit_.value
+    )
 
 
 # ---------------------------------------------------------------- optimizer settings
