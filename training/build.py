@@ -236,8 +236,8 @@ def busy_cores(window_s: float = 0.25) -> float | None:
 def default_threads(jobs_beside: int = 1) -> int:
     """The cores this process may use that no other process keeps busy, shared with the jobs
     of a parallel sweep: two threads on a core another process holds wait on each other at
-    every op (100 steps of the default job on 2 cores beside 2 busy ones: 123 s on 2 threads,
-    61 s on 1; docs/benchmarks.md)."""
+    every op (100 steps of the default job on 2 cores beside 2 busy ones: 113 s on 2 threads,
+    56 s on 1, medians in docs/benchmarks.md)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     if jobs_beside > 1:
