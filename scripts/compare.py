@@ -1,16 +1,16 @@
 """Sweep dir -> table and plots: ``python scripts/compare.py SWEEP_DIR [--out DIR]``.
 
-Writes SWEEP_DIR/report/ (report.md, report.json, plots; scripts/analysis/report.py) and prints
+Writes SWEEP_DIR/report/ (report.md, report.json, plots; analysis/report.py) and prints
 the table, the wandb group to open and the command that uploads offline wandb runs. When the
 runs logged to wandb, the report joins their group as a run of its own (job_type "report": the
-files as an artifact, the plots and the table; scripts/analysis/wandb_report.py); --no-wandb
+files as an artifact, the plots and the table; analysis/wandb_report.py); --no-wandb
 skips it.
 
     python scripts/compare.py SWEEP --x optim.lr --y best_val_loss
     python scripts/compare.py SWEEP --x data.batch_size --y best_val_acc
     python scripts/compare.py SWEEP --x optim.lr --y max:attn/max_logit,final_val_loss
 
-also draws one swept key against run results (scripts/analysis/xy.py: seed mean ± std per
+also draws one swept key against run results (analysis/xy.py: seed mean ± std per
 variant) into the report dir.
 """
 
@@ -20,11 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: make the project root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scripts.analysis.report import compare, markdown_table, table_cells, xy_figure  # noqa: E402
-from scripts.analysis.wandb_report import log_report  # noqa: E402
+from analysis.report import compare, markdown_table, table_cells, xy_figure
+from analysis.wandb_report import log_report
 
 
 def main(argv: list[str] | None = None) -> int:

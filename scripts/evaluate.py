@@ -22,11 +22,9 @@ import sys
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file: make the project root importable
-    sys.path.insert(0, str(ROOT))
+from training import runfiles
 
-CONFIG = Path(".hydra") / "config.yaml"
+CONFIG = runfiles.CONFIG
 
 
 def run_config(run_dir: Path, recorded: dict | None = None):
@@ -58,7 +56,7 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
     from training.reliability.checkpoints import read_checkpoint, resume_state
     from training.run_config import typed_config
 
-    ckpt = ckpt or run_dir / "last.ckpt"
+    ckpt = ckpt or run_dir / runfiles.CHECKPOINT
     if not ckpt.is_file():
         raise ConfigError(f"{ckpt} does not exist; pass a run dir with a last.ckpt, or --ckpt")
     recorded = resume_state(read_checkpoint(ckpt, "pass another checkpoint")).get("run_config")
@@ -100,7 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
 def evaluate_main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--ckpt", type=Path, default=None, help="default: <run_dir>/last.ckpt")
+    ckpt_help = f"default: <run_dir>/{runfiles.CHECKPOINT}"
+    p.add_argument("--ckpt", type=Path, default=None, help=ckpt_help)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the run's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
@@ -109,7 +108,8 @@ def evaluate_main(argv: list[str] | None = None) -> dict:
         print(json.dumps(metrics))
     else:
         print(
-            " ".join(f"{k}={v:.4f}" for k, v in metrics.items()), f"ckpt={args.ckpt or 'last.ckpt'}"
+            " ".join(f"{k}={v:.4f}" for k, v in metrics.items()),
+            f"ckpt={args.ckpt or runfiles.CHECKPOINT}",
         )
     return metrics
 

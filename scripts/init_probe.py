@@ -13,24 +13,20 @@ train.py's does: a finished probe is skipped, one writer at a time, one-line err
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
 import lightning.pytorch as L
 from omegaconf import DictConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file: make the project root importable
-    sys.path.insert(0, str(ROOT))
-
-from training.build import build_data, model_config, set_threads  # noqa: E402
-from training.errors import BUILD_ERRORS, ConfigError, one_line_errors  # noqa: E402
-from training.init_probe import format_table, init_probe, write_probe_json  # noqa: E402
-from training.launch import preflight  # noqa: E402
-from training.run_config import typed_config  # noqa: E402
-from training.rundir import RunDir  # noqa: E402
-from training.specs import summary_fields  # noqa: E402
-from training.sweep import job_outcome  # noqa: E402
+from training import runfiles
+from training.build import build_data, model_config, set_threads
+from training.errors import BUILD_ERRORS, ConfigError, one_line_errors
+from training.init_probe import format_table, init_probe, write_probe_json
+from training.launch import preflight
+from training.run_config import typed_config
+from training.rundir import RunDir
+from training.specs import summary_fields
+from training.sweep import job_outcome
 
 
 def probe(cfg: DictConfig) -> dict:
@@ -57,7 +53,7 @@ def main(cfg: DictConfig) -> dict:
             set_threads(cfg.num_threads)
             L.seed_everything(cfg.seed, workers=True, verbose=False)
             result = probe(cfg)
-            write_probe_json(result, this.run_dir / "probe.json")
+            write_probe_json(result, this.run_dir / runfiles.PROBE)
             print(format_table(result), flush=True)
             # The probed placements, not the config's placement node (it plays no part here).
             placements = ",".join(cfg.init_probe.placements)

@@ -18,17 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file: make the project root importable
-    sys.path.insert(0, str(ROOT))
-
-from models.gpt import GPT  # noqa: E402
-from models.pretrained import checkpoint_dir  # noqa: E402
+from models.gpt import GPT
+from models.pretrained import checkpoint_dir
 
 PER_LAYER = ("act_norm", "act_max", "block_cos", "attn/entropy", "attn/entropy_min")
 
@@ -73,7 +68,7 @@ def profile(model: GPT, batch: torch.Tensor) -> dict:
 
 
 def plot(result: dict, title: str, path: Path) -> None:
-    from scripts.analysis.xy import plt
+    from analysis.xy import plt
 
     layers = list(range(result["layers"]))
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))

@@ -13,7 +13,7 @@ f7 (BatchNorm vs LayerNorm and RMSNorm across batch sizes), placements (every pl
 depth), f8 (the residual stream, Pre-LN vs Peri-LN), f10 (attention entropy, QK-norm), f12
 (log Z and z-loss). Each sweep runs as ``python train.py -m
 experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
-scripts/analysis/report.py writes <out>/report/ and scripts/analysis/findings decides the claims
+analysis/report.py writes <out>/report/ and analysis/findings decides the claims
 into <out>/verdict.md and <out>/verdict.json, from the runs that completed or diverged only (a
 failed run is no divergence). Exit status 0 when every run completed or diverged, whatever the
 verdicts; 1 when the sweep could not run or any of its runs failed. Running the same command
@@ -33,18 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file: make the project root importable
-    sys.path.insert(0, str(ROOT))
+from rich.table import Table
 
-from rich.table import Table  # noqa: E402
-
-from scripts.analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate  # noqa: E402
-from scripts.analysis.report import compare, table_cells, xy_figure  # noqa: E402
-from scripts.analysis.runs import FINISHED  # noqa: E402
-from scripts.analysis.wandb_report import log_report  # noqa: E402
-from scripts.reproduce_sweep import (  # noqa: E402
+from analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate
+from analysis.report import compare, table_cells, xy_figure
+from analysis.runs import FINISHED
+from analysis.wandb_report import log_report
+from scripts.reproduce_sweep import (
     ESTIMATE,
+    ROOT,
     all_finished,
     compose,
     console,
@@ -56,7 +53,7 @@ from scripts.reproduce_sweep import (  # noqa: E402
     settings_of,
     sweep_jobs,
 )
-from scripts.reproduce_verdicts import (  # noqa: E402
+from scripts.reproduce_verdicts import (
     cpu_seconds,
     finite_load,
     fmt,
@@ -65,6 +62,7 @@ from scripts.reproduce_verdicts import (  # noqa: E402
     verdict_stem,
     write_verdicts,
 )
+from training import runfiles
 
 SIZES = ("cpu", "gpu")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
@@ -155,7 +153,7 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
         )
     if dry_run or owner is not None:
         return None
-    if out.is_dir() and any(out.glob("*/summary.json")):
+    if out.is_dir() and any(out.glob(f"*/{runfiles.SUMMARY}")):
         console.print(f"  {out}: recording experiment={experiment} as its sweep", markup=False)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(wanted) + "\n")

@@ -14,7 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from scripts.analysis.runs import FINISHED, read_summary, status_of
+from analysis.runs import FINISHED, read_summary, status_of
+from training import runfiles
 from training.launch import die_with_parent, job_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def run_states(out: Path, dirs: list[str]) -> dict[int, tuple[str, float | None]
         elif not summary:  # being written: look again next time
             states[k] = (status_of(summary), None)
         else:
-            states[k] = (status_of(summary), (path / "summary.json").stat().st_mtime)
+            states[k] = (status_of(summary), (path / runfiles.SUMMARY).stat().st_mtime)
     return states
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.table import Table
 
-from scripts.analysis.findings import FINDINGS, Verdict
-from scripts.analysis.runs import FINISHED
+from analysis.findings import FINDINGS, Verdict
+from analysis.runs import FINISHED
 from scripts.reproduce_sweep import console
 
 

@@ -11,17 +11,13 @@ seed gives the same text.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a file: make the project root importable
-    sys.path.insert(0, str(ROOT))
-
-from data.text import load_vocab  # noqa: E402
-from models.gpt import GPT  # noqa: E402
+from data.text import load_vocab
+from models.gpt import GPT
+from training import runfiles
 
 
 @torch.no_grad()
@@ -54,7 +50,7 @@ def load_run(run_dir: Path) -> GPT:
     from training.reliability.checkpoints import read_checkpoint
     from training.task import LanguageModelTask
 
-    path = run_dir / "last.ckpt"
+    path = run_dir / runfiles.CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"{path} does not exist; pass a finished GPT run's directory")
     read_checkpoint(path, "pass a run dir whose last.ckpt is whole")  # one line if it is not
@@ -89,7 +85,7 @@ def sample_main(argv: list[str] | None = None) -> str:
     args = p.parse_args(argv)
     if args.tokens < 0 or args.temperature <= 0 or (args.top_k is not None and args.top_k < 1):
         p.error("--tokens must be >= 0, --temperature > 0 and --top-k >= 1")
-    vocab_path = args.run_dir / "vocab.json"
+    vocab_path = args.run_dir / runfiles.VOCAB
     if not vocab_path.is_file():
         raise ConfigError(f"{vocab_path} does not exist; sample needs a GPT run's dir")
     try:

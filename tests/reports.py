@@ -1,4 +1,4 @@
-"""Hand-made report.json pieces for the verdict tests (scripts/analysis/findings reads these)."""
+"""Hand-made report.json pieces for the verdict tests (analysis/findings reads these)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.wandb_report import lr_table
 from scripts import compare
-from scripts.analysis.wandb_report import lr_table
 from training.record import PLATEAU_MARGIN, did_not_train
 
 UNIGRAM = 3.26

@@ -1,4 +1,4 @@
-"""Claims decided on report.json pieces with known numbers (scripts/analysis/findings): the rules
+"""Claims decided on report.json pieces with known numbers (analysis/findings): the rules
 every check shares (only completed and diverged runs count), F1 (init probe), F5 and F7 (norms),
 F6 (learning rates and QK-norm)."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.analysis.findings import evaluate
-from scripts.analysis.findings.lr import sensitivity
+from analysis.findings import evaluate
+from analysis.findings.lr import sensitivity
 from tests.reports import FAILED, by_id, row
 
 
@@ -259,7 +259,7 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
 
 
 def test_a_verdict_at_one_fixed_rate_says_so_with_what_the_other_rates_show():
-    from scripts.analysis.findings.common import Verdict, note_lrs, variant
+    from analysis.findings.common import Verdict, note_lrs, variant
 
     report = {"variants": [row([2.0, 2.2], placement="post", lr=1e-3),
                            row([2.5, 2.5], placement="post", lr=3e-3),

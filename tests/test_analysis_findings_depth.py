@@ -1,4 +1,4 @@
-"""Warmup and depth claims (scripts/analysis/findings/depth.py) on report.json pieces with known
+"""Warmup and depth claims (analysis/findings/depth.py) on report.json pieces with known
 numbers: F2, F3/F4, the ViT study, the early model update, the placement study."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from analysis.findings import NoData, Verdict, evaluate
+from analysis.findings.common import variant
+from analysis.findings.depth import post_update_jumps
 from models.placement import PLACEMENTS
-from scripts.analysis.findings import NoData, Verdict, evaluate
-from scripts.analysis.findings.common import variant
-from scripts.analysis.findings.depth import post_update_jumps
 from tests.reports import by_id, depth_report, row
 
 

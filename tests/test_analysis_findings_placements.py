@@ -1,4 +1,4 @@
-"""F9 and F11 claims (scripts/analysis/findings/placements.py) on report.json pieces and
+"""F9 and F11 claims (analysis/findings/placements.py) on report.json pieces and
 metrics.csv files with known numbers, and the block profile F9 reads from the probes' columns."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.analysis.block_profile import last_profile, plot_profiles
-from scripts.analysis.findings import evaluate
+from analysis.block_profile import last_profile, plot_profiles
+from analysis.findings import evaluate
 from tests.reports import by_id, depth_report
 
 

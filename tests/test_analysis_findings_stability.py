@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts.analysis import heatmaps
-from scripts.analysis import report as reporting
-from scripts.analysis.findings import evaluate
-from scripts.analysis.runs import Run
+from analysis import heatmaps
+from analysis import report as reporting
+from analysis.findings import evaluate
+from analysis.runs import Run
 from tests.reports import by_id
 
 Series = dict[str, list[tuple[int, float]]]

@@ -1,4 +1,4 @@
-"""The report's figures (scripts/analysis/plots.py, xy.py): the EMA and the seed band against
+"""The report's figures (analysis/plots.py, xy.py): the EMA and the seed band against
 hand-computed values, and what each figure draws, read back from the matplotlib objects."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis import plots, runs, variants, xy
 from scripts import compare
-from scripts.analysis import plots, runs, variants, xy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -198,8 +198,8 @@ def test_compare_cli_draws_x_against_y(tmp_path: Path, capsys) -> None:
 def test_two_keys_map_to_colour_and_line_style():
     """Variants that differ in two keys: one colour per value of the first, one line style per
     value of the second, each mapping once in the legend; one key: a colour per variant."""
-    from scripts.analysis.plots import LINESTYLES, Styles
-    from scripts.analysis.variants import Variant
+    from analysis.plots import LINESTYLES, Styles
+    from analysis.variants import Variant
 
     grid = [Variant({"placement": p, "lr": lr, "n_layer": 2}, [], "") for p in ("post", "pre")
             for lr in (0.001, 0.003)]  # fmt: skip
@@ -281,7 +281,7 @@ def test_two_validations_are_drawn_as_points_not_a_line(tmp_path, drawn):
 
 
 def test_heatmap_step_cells_start_at_the_first_logged_step():
-    from scripts.analysis.heatmaps import edges
+    from analysis.heatmaps import edges
 
     assert edges([0, 10, 20], clamp=True).tolist() == [0, 5, 15, 20]
     assert edges([0, 1, 2]).tolist() == [-0.5, 0.5, 1.5, 2.5]  # layers: centred cells

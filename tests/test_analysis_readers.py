@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from analysis import runs
 from scripts import compare
-from scripts.analysis import runs
 
 
 def fake_run(root: Path, name: str, seed: int, loss: float, var: str = "SECRET", **summary) -> Path:

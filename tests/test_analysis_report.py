@@ -1,4 +1,4 @@
-"""The sweep report (scripts/analysis/report.py; its CLI scripts/compare.py) on a synthetic sweep
+"""The sweep report (analysis/report.py; its CLI scripts/compare.py) on a synthetic sweep
 with hand-computed numbers: table, report.json, plots."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from analysis import report as reporting
+from analysis import runs, variants, xy
+from analysis.wandb_report import report_run_id
 from scripts import compare
-from scripts.analysis import report as reporting
-from scripts.analysis import runs, variants, xy
-from scripts.analysis.wandb_report import report_run_id
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SWEEP = ("multirun", "2026-11-29", "12-00-00")

@@ -1,5 +1,5 @@
-"""scripts/analysis/runs.py, the readers every analysis module shares, and the import graph of
-scripts/: runs.py is a leaf, and no module imports another that imports it back."""
+"""analysis/runs.py, the readers every analysis module shares, and the import graph of
+analysis/ and scripts/: runs.py is a leaf, and no module imports another that imports it back."""
 
 from __future__ import annotations
 
@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from scripts.analysis import runs
+from analysis import runs
 from tests.helpers import find_cycle
 
 ROOT = Path(__file__).resolve().parents[1]
+ROOMS = ("analysis", "scripts")
 
 
 def scripts_imports() -> dict[str, set[str]]:
-    """module -> the scripts.* modules it imports, deferred (in-function) imports included."""
+    """module -> the analysis.* and scripts.* modules it imports, deferred (in-function)
+    imports included."""
     graph: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "scripts").rglob("*.py")):
+    for path in sorted(p for room in ROOMS for p in (ROOT / room).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found = set()
@@ -36,31 +38,31 @@ def scripts_imports() -> dict[str, set[str]]:
 
 def test_scripts_import_graph_has_no_cycle_and_runs_is_a_leaf() -> None:
     graph = scripts_imports()
-    assert {"scripts.analysis.runs", "scripts.analysis.report", "scripts.bench.core"} <= set(graph)
-    assert graph["scripts.analysis.runs"] == set()
+    assert {"analysis.runs", "analysis.report", "scripts.bench.core"} <= set(graph)
+    assert graph["analysis.runs"] == set()
     assert find_cycle(graph) is None
     # The check can fail: a deferred import of report.py inside plots.py closes a cycle.
-    graph["scripts.analysis.plots"].add("scripts.analysis.report")
+    graph["analysis.plots"].add("analysis.report")
     assert find_cycle(graph) == [
-        "scripts.analysis.plots",
-        "scripts.analysis.report",
-        "scripts.analysis.plots",
+        "analysis.plots",
+        "analysis.report",
+        "analysis.plots",
     ]
 
 
 def test_every_scripts_module_imports_alone() -> None:
     """Each module imported first, into a fresh ``scripts`` package: a cycle that only bites
     from one entry point (a submodule importing its package's __init__) fails here."""
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "scripts"}
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] in ROOMS}
     try:
         for module in sorted(scripts_imports()):
             if module.endswith("__main__"):
                 continue  # runs the benchmark
-            for name in [k for k in sys.modules if k.split(".")[0] == "scripts"]:
+            for name in [k for k in sys.modules if k.split(".")[0] in ROOMS]:
                 del sys.modules[name]
             importlib.import_module(module)
     finally:  # the other tests keep the module objects they imported
-        for name in [k for k in sys.modules if k.split(".")[0] == "scripts"]:
+        for name in [k for k in sys.modules if k.split(".")[0] in ROOMS]:
             del sys.modules[name]
         sys.modules.update(saved)
 

@@ -1,15 +1,18 @@
 """The house rules of the tree: no import cycles anywhere, and dependencies point one way,
-scripts -> training -> (models, data); models/ imports only torch and itself."""
+scripts -> analysis -> training's run-dir contract, scripts -> training -> (models, data);
+models/ imports only torch and itself; the analysis never loads torch or Lightning; a run dir's
+file names are spelled only in training/runfiles.py."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 
 from tests.conftest import ROOT
 from tests.helpers import find_cycle
 
-PACKAGES = ("models", "data", "training", "scripts")
+PACKAGES = ("models", "data", "training", "analysis", "scripts")
 
 
 def module_name(path) -> str:
@@ -47,6 +50,7 @@ def test_dependencies_point_one_way():
         "models": {"models"},
         "data": {"data"},
         "training": {"training", "models", "data"},
+        "analysis": {"analysis", "training"},
     }
     for module, deps in project_imports().items():
         package = module.split(".")[0]
@@ -63,3 +67,59 @@ def test_models_import_only_torch_and_the_standard_library():
             continue
         roots = {d.split(".")[0] for d in deps} - {"models", "__future__"}
         assert roots <= {"torch"} | stdlib, f"{module} imports {roots - stdlib - {'torch'}}"
+
+
+def test_the_analysis_loads_neither_torch_nor_lightning():
+    """analysis/ reads run dirs through the torch-free contract (training/record.py,
+    training/runfiles.py): a report or a verdict never waits on torch's import."""
+    modules = sorted(m for m in project_imports() if m.split(".")[0] == "analysis")
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted({'torch', 'lightning'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"importing analysis/ loaded {out.stdout.strip()}"
+
+
+RUN_FILES = (
+    "summary.json", "metrics.csv", "last.ckpt", "probe.json", "vocab.json", ".hydra/config.yaml"
+)  # fmt: skip
+OWNER = "training/runfiles.py"
+
+
+def string_constants(tree: ast.AST) -> list[ast.Constant]:
+    """Every str constant in the module except docstrings (prose may name a file)."""
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            docs.add(id(first.value))
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_run_dir_file_names_are_spelled_only_by_their_owner():
+    # data/ names its token cache's own files (a cache entry is not a run dir)
+    rooms = [p for pkg in ("training", "analysis", "scripts") for p in (ROOT / pkg).rglob("*.py")]
+    found = []
+    for path in [*rooms, ROOT / "train.py"]:
+        if path.relative_to(ROOT).as_posix() == OWNER:
+            continue
+        for node in string_constants(ast.parse(path.read_text())):
+            if node.value == ".hydra" or any(node.value.endswith(name) for name in RUN_FILES):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert not found, f"use the names in {OWNER}: " + "; ".join(found)
+
+
+def test_the_owner_names_every_run_file():
+    from training import runfiles
+
+    named = {runfiles.SUMMARY, runfiles.METRICS, runfiles.CHECKPOINT, runfiles.PROBE}
+    named |= {runfiles.VOCAB, runfiles.CONFIG}
+    assert named == set(RUN_FILES)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from analysis.findings import FINDINGS
 from models.placement import PLACEMENTS
 from scripts import reproduce, reproduce_sweep, reproduce_verdicts
-from scripts.analysis.findings import FINDINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

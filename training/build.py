@@ -40,7 +40,8 @@ from training.reliability.checkpoints import AtomicCheckpointIO, check_fits, met
 from training.reliability.progress import StepProgressBar
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.run_config import RunConfig, typed_config
-from training.rundir import RunDir, flat_config
+from training.rundir import RunDir
+from training.runfiles import CHECKPOINT, VOCAB, flatten
 from training.task import TrainTask
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -98,8 +99,8 @@ def build_model(run: RunConfig, dm: L.LightningDataModule, resuming: bool = Fals
     if run.spec.module is not GPT:
         raise ConfigError("model.init_from loads GPT-2 checkpoints: use it with model=gpt")
     model = GPT.from_hf(str(init_from))
-    loaded = flat_config(dataclasses.asdict(model.cfg))
-    wanted = flat_config(dataclasses.asdict(model_cfg))
+    loaded = flatten(dataclasses.asdict(model.cfg))
+    wanted = flatten(dataclasses.asdict(model_cfg))
     differ = [
         f"{command_key(k)}={loaded[k]}"
         for k in loaded
@@ -169,7 +170,7 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient
     if run.trainer.get("enable_checkpointing", True):
         every = run.checkpoint.every_n_steps or default_every_n_steps(run.max_steps)
-        path = run_dir / "last.ckpt"
+        path = run_dir / CHECKPOINT
         callbacks.append(ResumeCheckpoint(path, every, run.checkpoint.every_s, settings))
     user = run.composed.get("callbacks") or {}
     return callbacks + [instantiate_callback(k, v) for k, v in user.items()]
@@ -366,7 +367,7 @@ def build(cfg: DictConfig, attempt: RunDir) -> Run:
         results["wandb_group"] = wandb_group(cfg)
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
-        dm.save_vocab(run_dir / "vocab.json")
+        dm.save_vocab(run_dir / VOCAB)
     if launched_as_rank_zero():
         print(header_line(run, model, task, results), flush=True)
     if run.compile:

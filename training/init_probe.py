@@ -31,6 +31,7 @@ from torch import nn
 
 from models.gpt import GPTConfig
 from models.vit import ViTConfig
+from training.numbers import log_slope
 from training.specs import spec_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -75,16 +76,6 @@ def mean_std(samples: list[list[float]]) -> dict[str, list[float]]:
     t = torch.tensor(samples, dtype=torch.float64)  # (n, entries)
     std = t.std(dim=0, correction=1) if len(samples) > 1 else torch.zeros(t.shape[1])
     return {"mean": t.mean(dim=0).tolist(), "std": std.tolist()}
-
-
-def log_log_slope(depths: list[int], values: list[float]) -> float | None:
-    """Least-squares slope of log(value) against log(depth)."""
-    if len(depths) < 2 or min(values) <= 0:
-        return None
-    x = torch.tensor(depths, dtype=torch.float64).log()
-    y = torch.tensor(values, dtype=torch.float64).log()
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / x.square().sum())
 
 
 def init_probe(
@@ -150,7 +141,7 @@ def sweep(
             run["last_fc2_grad_norm"] = {k: v[0] for k, v in fc2.items()}
             last_fc2_means.append(run["last_fc2_grad_norm"]["mean"])
             runs.append(run)
-        slopes[placement] = log_log_slope(list(depths), last_fc2_means)
+        slopes[placement] = log_slope(list(depths), last_fc2_means)
     return runs, slopes
 
 

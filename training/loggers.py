@@ -30,6 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.hub import reachable
 from training.reliability.metrics_csv import ResumableCSVLogger
+from training.runfiles import CHECKPOINT
+from training.runfiles import wandb_group as group_rule
 from training.settings import is_operational
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
@@ -76,10 +78,8 @@ def hydra_context() -> tuple[str | None, str | None]:
 def wandb_group(cfg: DictConfig) -> str | None:
     """Explicit ``group=``, else the sweep: its dir's last two parts (one sweep dir = one group,
     so every rerun or extension of that sweep lands in the same group)."""
-    if cfg.get("group"):
-        return str(cfg.group)
     _, sweep = hydra_context()
-    return "sweep-" + "-".join(Path(sweep).resolve().parts[-2:]) if sweep else None
+    return group_rule(cfg.get("group"), sweep)
 
 
 JOB_TYPE_MAX = 64  # wandb refuses a longer job_type
@@ -268,7 +268,7 @@ def finish_wandb(summary: dict | None = None) -> None:
             wandb.run.config.update({"derived": summary["derived"]}, allow_val_change=True)
         config = getattr(wandb.run, "config", None) or {}
         log_model = config.get("logger", {}).get("wandb", {}).get("log_model")
-        ckpt = Path(summary.get("run_dir") or ".") / "last.ckpt"
+        ckpt = Path(summary.get("run_dir") or ".") / CHECKPOINT
         if log_model and summary.get("status") == "completed" and ckpt.is_file():
             artifact = wandb.Artifact(f"model-{wandb.run.id}", type="model", metadata=summary)
             artifact.add_file(str(ckpt))

@@ -11,7 +11,7 @@ it trains and every callback reports to it through its transitions:
 A transition out of a final state is ignored, so the first outcome stands (a run that diverged
 and then met a signal stays diverged). summary.json is written whatever happens, whole or not
 at all, and a finished run's file is never rewritten by a later attempt that does not train.
-Every reader of run dirs (resume, sweeps, scripts/analysis) reads it through ``read_summary``
+Every reader of run dirs (resume, sweeps, analysis) reads it through ``read_summary``
 and tests it against ``FINISHED``. This module imports neither torch nor Lightning.
 """
 

@@ -45,31 +45,17 @@ from training.errors import (
 )
 from training.record import RunRecord, finished, read_summary
 from training.reliability.checkpoints import CHECKPOINT, disk_error, read_checkpoint, resume_state
+from training.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
-
-# Files of an attempt that a fresh start moves aside (compare skips checkpoints/).
-ATTEMPT_FILES = (
-    "*.ckpt", "*.ckpt.tmp", "*.ckpt.sha256", "metrics.csv", "summary.json", "probe.json"
-)  # fmt: skip
 
 
 # --- the settings that decide a result -------------------------------------------------------
-def flat_config(node: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def fingerprint(cfg: DictConfig) -> dict[str, Any]:
     """The flattened resolved config minus the keys that leave the result unchanged, plus the
     switches outside it that change the numbers (the fused kernels). The build adds the data's
     identity (``data.identity``: the cache entry and its files' checksums)."""
     config = OmegaConf.to_container(cfg, resolve=True)
-    flat = flat_config({k: v for k, v in config.items() if k != "hydra"})
+    flat = flatten({k: v for k, v in config.items() if k != "hydra"})
     settings = {k: v for k, v in flat.items() if not is_operational(k)}
     settings["kernels.fused"] = os.environ.get("NORMLAB_FUSED_KERNELS", "1") != "0"
     return settings
@@ -132,7 +118,7 @@ def plan(run_dir: Path, resume: bool, ckpt_path: str | None, config: dict) -> Pl
         return Plan(ckpt_path=path, ckpt=ckpt, set_aside=path != own.resolve())
     if not resume:
         return Plan(set_aside=True)
-    summary = read_summary(run_dir / "summary.json")
+    summary = read_summary(run_dir / SUMMARY)
     if finished(summary):
         where = f"{run_dir} (a {summary['status']} run)"
         check_same_config(where, summary.get("run_config"), config, RERUN_FIX)
@@ -162,12 +148,12 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
     is null so that only an attempt that trains writes them)."""
     from hydra.core.hydra_config import HydraConfig
 
-    out = run_dir / ".hydra"
+    out = run_dir / HYDRA_DIR
     out.mkdir(exist_ok=True)
-    OmegaConf.save(cfg, out / "config.yaml")
+    OmegaConf.save(cfg, run_dir / CONFIG)
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
-        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / HYDRA_META)
         OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml")
 
 
@@ -318,9 +304,9 @@ class RunDir:
                 # Whole or not at all: a signal during the write waits until it is done.
                 signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
                 try:
-                    self.record.write(self.run_dir / "summary.json")
+                    self.record.write(self.run_dir / SUMMARY)
                 except OSError as err:
-                    raise disk_error(err, self.run_dir / "summary.json") from err
+                    raise disk_error(err, self.run_dir / SUMMARY) from err
                 finally:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         finally:

@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from training import runfiles
+from training.record import read_summary
+
 ROOT = Path(__file__).resolve().parents[2]
 STOP: list[int] = []  # the signal that asked us to stop, once one did
 
@@ -56,8 +59,8 @@ def run_together(runs: dict[str, list[str]], work: Path) -> tuple[float, dict[st
     wall = time.perf_counter() - began
     summaries = {}
     for name in runs:
-        path = work / dir_name(name) / "summary.json"
-        summaries[name] = json.loads(path.read_text()) if path.is_file() else {"status": "none"}
+        path = work / dir_name(name) / runfiles.SUMMARY
+        summaries[name] = read_summary(path) or {"status": "none"}
     return wall, summaries
 
 

@@ -12,24 +12,23 @@ elsewhere (docs/benchmarks.md says which), not a clock reading of these runs.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 from pathlib import Path
+
+from analysis.runs import run_series
+from training import runfiles
+from training.record import read_summary
 
 
 def val_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     """(steps, val losses) from a run's metrics.csv."""
-    with open(run_dir / "metrics.csv") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("val/loss")]
-    return [int(r["step"]) for r in rows], [float(r["val/loss"]) for r in rows]
+    series = run_series(run_dir, "val/loss")
+    return [s for s, _ in series], [v for _, v in series]
 
 
 def seed_of(run_dir: Path) -> str:
     """``seed N`` from the run's summary.json, else the run dir's name."""
-    try:
-        return f"seed {json.loads((run_dir / 'summary.json').read_text())['seed']}"
-    except (OSError, KeyError, ValueError):
-        return run_dir.name
+    seed = (read_summary(run_dir / runfiles.SUMMARY) or {}).get("seed")
+    return run_dir.name if seed is None else f"seed {seed}"
 
 
 def parse_run(text: str) -> tuple[str, Path, float]:

@@ -32,6 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from training import runfiles
+from training.record import read_summary
+
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ((32, 128), (64, 1024))  # (batch, block): the default job, GPT-2 small
 
@@ -165,7 +168,7 @@ def peak_memory(overrides: list[str], run_dir: Path) -> dict:
     out = proc.communicate()[0].decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"train.py failed:\n{out[-3000:]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir / runfiles.SUMMARY) or {}
     return {
         "peak_anon_mb": round(peak_anon / 1024, 1),
         "peak_rss_mb": round(hwm / 1024, 1),

@@ -7,7 +7,6 @@ job, and CPU training steps of the GPU configuration, each child polled for its 
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import resource
 import statistics
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.runs import run_series
 from scripts.bench.core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
 from scripts.bench.models import normlab_gpt
 
@@ -66,12 +66,8 @@ def raw_loop(cfg) -> None:
 
 
 def logged_throughput(run_dir: Path, from_step: int) -> float:
-    with open(run_dir / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    key = "throughput/tokens_per_s"
-    return statistics.median(
-        float(r[key]) for r in rows if r.get(key) and int(r["step"]) >= from_step
-    )
+    series = run_series(run_dir, "throughput/tokens_per_s")
+    return statistics.median(v for step, v in series if step >= from_step)
 
 
 def bench_lightning(bc: BenchConfig) -> list[Result]:

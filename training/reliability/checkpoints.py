@@ -29,8 +29,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from training.errors import DiskError
+from training.runfiles import CHECKPOINT  # noqa: F401 (importable here)
 
-CHECKPOINT = "last.ckpt"
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
 DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG)
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

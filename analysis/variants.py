@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scripts.analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
+from analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
 
 
 def sort_key(value: Any) -> tuple:

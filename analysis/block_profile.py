@@ -9,7 +9,7 @@ Read from the run's metrics.csv, as the probes logged them on the fixed probe ba
 ``last_profile`` gives both per block at the last step where every block was probed; F9's claims
 read it, and ``plot_profiles`` draws it for a sweep (report/block_profile.png):
 
-    python -m scripts.analysis.block_profile multirun/reproduce/f9_depth_curse
+    python -m analysis.block_profile multirun/reproduce/f9_depth_curse
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.analysis.runs import run_series
+from analysis.runs import run_series
 
 
 def last_profile(run_dir: str | Path, n_layer: int) -> dict[str, list[float]] | None:
@@ -68,7 +68,7 @@ def plot_profiles(sweep_dir: Path) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m scripts.analysis.block_profile SWEEP_DIR
+if __name__ == "__main__":  # python -m analysis.block_profile SWEEP_DIR
     import sys
 
     print(plot_profiles(Path(sys.argv[1])))

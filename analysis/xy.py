@@ -22,8 +22,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from scripts.analysis.runs import CANONICAL, Run, finite  # noqa: E402
-from scripts.analysis.variants import Variant, label, sort_key  # noqa: E402
+from analysis.runs import CANONICAL, Run, finite  # noqa: E402
+from analysis.variants import Variant, label, sort_key  # noqa: E402
 
 REDUCE = {
     "min": min,

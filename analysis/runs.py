@@ -4,9 +4,10 @@ A run dir holds any of summary.json (status and results), metrics.csv (Lightning
 one sparse row per logged step), .hydra/config.yaml (the composed config) and probe.json (the
 init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
 
-Shared definitions live here once: the one dict flattener and the one log-log slope fit; the
-statuses a run can end in (FINISHED) and the summary reader are the run record's own
-(training/record.py), the definitions train.py writes with.
+The run dir's file names, what counts as a run dir and the one dict flattener are the run-dir
+contract's (training/runfiles.py); the statuses a run can end in (FINISHED) and the summary
+reader are the run record's (training/record.py); the one log-log slope fit is
+training/numbers.py's: the definitions train.py writes with, re-exported here.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training import record
+from training import record, runfiles
+from training.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
 from training.record import FINISHED  # noqa: F401 (the analysis modules import it from here)
+from training.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
 # once with the record train.py writes; a failed run (config error, crash) says nothing about
@@ -61,7 +64,7 @@ PROBE_RESULTS: dict[str, tuple[str, str]] = {
 }
 RESULTS.update(PROBE_RESULTS)
 RUN_FIELDS = ("status", "steps", "diverged_at_step", *RESULTS, "wall_s")
-SKIP_DIRS = {"wandb", ".hydra", "__pycache__", "report", "checkpoints", "lightning_logs"}
+SKIP_DIRS = runfiles.NOT_RUNS
 
 Series = list[tuple[int, float]]  # (optimizer step, value), finite values only
 
@@ -96,20 +99,6 @@ def first_present(sources: Iterable[dict], keys: Iterable[str]) -> Any:
     return None
 
 
-def flatten(
-    node: dict, sep: str = ".", leaf: Callable[[dict], bool] = lambda d: False, prefix: str = ""
-) -> dict[str, Any]:
-    """Nested dicts as {"a.b.c": value}; a dict for which ``leaf`` is true stays one value."""
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and not leaf(value):
-            out.update(flatten(value, sep, leaf, name + sep))
-        else:
-            out[name] = value
-    return out
-
-
 def freeze(value: Any) -> Any:
     """Lists become tuples (nested too) so values stay hashable for grouping."""
     if isinstance(value, list | tuple):
@@ -117,15 +106,6 @@ def freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
     return value
-
-
-def log_slope(xs: Iterable[float], ys: Iterable[float]) -> float:
-    """Least-squares slope b of log y = a + b log x (y ~ x^b)."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
-        (a - mx) ** 2 for a in lx
-    )
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -146,7 +126,7 @@ def read_json(path: Path, warn: Warnings, effect: str = "ignored", types: tuple 
 def read_summary(run_dir: Path, warn: Warnings | None = None) -> dict[str, Any] | None:
     """A run's summary.json: None when there is none (running, or killed before writing it),
     {} when it cannot be read (being written, or cut); the run then counts as unfinished."""
-    path = run_dir / "summary.json"
+    path = run_dir / runfiles.SUMMARY
     warn = Warnings(quiet=True) if warn is None else warn  # an empty Warnings is falsy
     return record.read_summary(
         path, lambda why: warn.add(path, f"{why}; run counted as {UNFINISHED}")
@@ -241,10 +221,10 @@ def read_metrics(path: Path, warn: Warnings) -> dict[str, Series]:
 
 
 def find_metrics_file(run_dir: Path) -> Path:
-    direct = run_dir / "metrics.csv"
+    direct = run_dir / runfiles.METRICS
     if direct.is_file():
         return direct
-    nested = [p for p in run_dir.rglob("metrics.csv") if "wandb" not in p.parts]
+    nested = [p for p in run_dir.rglob(runfiles.METRICS) if "wandb" not in p.parts]
     return min(nested, key=lambda p: len(p.parts)) if nested else direct
 
 
@@ -296,8 +276,7 @@ class Run:
         return value
 
 
-def is_run_dir(path: Path) -> bool:
-    return any((path / f).is_file() for f in ("summary.json", "metrics.csv", ".hydra/config.yaml"))
+is_run_dir = runfiles.is_run_dir
 
 
 def find_run_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
@@ -328,7 +307,7 @@ def find_run_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
 
 def load_run(run_dir: Path, warn: Warnings) -> Run | None:
     summary = read_summary(run_dir, warn)
-    config = read_yaml_flat(run_dir / ".hydra/config.yaml", warn)
+    config = read_yaml_flat(run_dir / runfiles.CONFIG, warn)
     metrics = read_metrics(find_metrics_file(run_dir), warn)
     if not (summary or config or metrics):
         warn.add(run_dir, "nothing readable in this run dir; skipped")
@@ -336,7 +315,7 @@ def load_run(run_dir: Path, warn: Warnings) -> Run | None:
     if summary is None:
         warn.add(run_dir, f"no summary.json (running, or killed); counted as {UNFINISHED}")
     elif summary and not summary.get("status"):
-        warn.add(run_dir / "summary.json", f"no status field; counted as {UNFINISHED}")
+        warn.add(run_dir / runfiles.SUMMARY, f"no status field; counted as {UNFINISHED}")
     run = Run(run_dir, summary or {}, config, metrics)
     run.params = run_params(run)
     return run

@@ -10,7 +10,7 @@ import math
 import statistics
 from typing import Any
 
-from scripts.analysis.findings.common import (
+from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
     WORSE,
@@ -24,14 +24,16 @@ from scripts.analysis.findings.common import (
     values,
     variant,
 )
-from scripts.analysis.findings.stability import no_divergence
-from scripts.analysis.runs import run_series
+from analysis.findings.stability import no_divergence
+from analysis.lr_sweep import capped, sensitivity
+from analysis.runs import run_series
 
 # --- F6: attention logit growth and LR sensitivity (Wortsman et al. 2023) ------------------------
 # LR sensitivity, as Wortsman et al. define it: E_lr[min(l(lr), l0) - l*] over the swept learning
 # rates, with l(lr) the final loss, l0 the loss at initialization and l* = min_lr l(lr); a run that
-# diverged (or ends above l0) counts at l0. Here l(lr) is the mean over seeds of each run's
-# min(final val loss, its step-0 train loss). Thresholds:
+# diverged (or ends above l0) counts at l0. Defined once, in analysis/lr_sweep.py (capped,
+# sensitivity), which the report's column uses too; l0 is the arm's mean first train loss.
+# Thresholds:
 #   LOGIT_GROWTH = 10  "grows" / "bounded": the max attention logit rises >= 10x over the swept
 #                      learning rates (a 100x range), or less; at the top lr QK-norm's is >= 10x
 #                      below the unnormed one (the CPU size measures ~400x and ~4x rises)
@@ -61,35 +63,35 @@ def peak_logit(row: dict) -> float:
     return statistics.fmean(peaks)
 
 
-def capped_loss(run: dict) -> float | None:
-    """min(final val loss, initial loss); the initial loss for a run that diverged."""
-    start = run_series(run["run_dir"], "train/loss")
-    if not start:
-        return None
-    l0, final = start[0][1], run.get("final_val_loss")
-    if run["status"] == "completed" and isinstance(final, int | float) and math.isfinite(final):
-        return min(float(final), l0)
-    return l0
+def final_loss(run: dict) -> float | None:
+    """A finished run's final val loss; None when it diverged or its loss is not finite."""
+    final = run.get("final_val_loss")
+    ok = run["status"] == "completed" and isinstance(final, int | float) and math.isfinite(final)
+    return float(final) if ok else None
 
 
 def lr_losses(report: dict, qk: bool, z: float = 0.0) -> dict[float, dict[Any, float]]:
-    """lr -> {seed: capped loss} for one arm, every swept lr (at least 3)."""
+    """lr -> {seed: capped loss} for one arm, every swept lr (at least 3); l0 is the arm's mean
+    first logged train loss (the loss at initialization)."""
     lrs = values(report, "lr")
     if len(lrs) < 3:
         raise NoData(f"learning rates {lrs}: need >= 3")
+    rows = {lr: variant(report, lr=lr, **arm(report, qk, z)) for lr in lrs}
+    firsts = {
+        id(r): s[0][1]
+        for row in rows.values()
+        for r in finished(row)
+        if (s := run_series(r["run_dir"], "train/loss"))
+    }
+    if not firsts:
+        raise NoData("no run of the arm logged a train loss")
+    l0 = statistics.fmean(firsts.values())
     out = {}
-    for lr in lrs:
-        row = variant(report, lr=lr, **arm(report, qk, z))
-        out[lr] = {r["seed"]: x for r in finished(row) if (x := capped_loss(r)) is not None}
+    for lr, row in rows.items():
+        out[lr] = {r["seed"]: capped(final_loss(r), l0) for r in finished(row) if id(r) in firsts}
         if len(out[lr]) < MIN_SEEDS:
             raise too_few(row, len(out[lr]), "finished runs with a logged loss")
     return out
-
-
-def sensitivity(curve: dict[float, float]) -> float:
-    """Mean over learning rates of the loss above the best learning rate's."""
-    best = min(curve.values())
-    return statistics.fmean(x - best for x in curve.values())
 
 
 def lr_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:

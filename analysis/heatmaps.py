@@ -20,9 +20,9 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 
-from scripts.analysis import xy  # noqa: E402
-from scripts.analysis.runs import Run  # noqa: E402
-from scripts.analysis.variants import Variant  # noqa: E402
+from analysis import xy  # noqa: E402
+from analysis.runs import Run  # noqa: E402
+from analysis.variants import Variant  # noqa: E402
 
 # metric prefix -> (file name, log color scale)
 HEATMAPS: dict[str, tuple[str, bool]] = {

@@ -6,9 +6,11 @@ its best, and summarize how much a variant cares about the rate by its LR sensit
 
     LR sensitivity = E over the swept lrs of [ min(l(lr), l0) - l* ]
 
-l(lr) is the final validation loss at that rate (the mean over seeds; a diverged run counts at
-l0), l0 the loss at initialization (the mean first logged train loss of the variant's runs),
-l* = min over the lrs of l(lr). A variant whose best rate is the smallest or the largest swept
+l(lr) is the final validation loss at that rate, the mean over seeds of each run's loss capped
+at l0 (a diverged run counts at l0), l0 the loss at initialization (the mean first logged train
+loss of the variant's runs), l* = min over the lrs of l(lr). ``capped`` and ``sensitivity`` are
+the one definition: the report's column and the findings' verdicts (analysis/findings/lr.py)
+both compute with them. A variant whose best rate is the smallest or the largest swept
 (``edge``) may do better outside the grid: widen it before ranking on it. A variant whose runs
 at its best rate all completed without training (training/record.did_not_train: they ended on
 the unigram or chance plateau) never trained at any rate: its curve is flat because nothing was
@@ -18,13 +20,13 @@ the least sensitive.
 
 from __future__ import annotations
 
-import math
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis.runs import Run, finite
-from scripts.analysis.variants import Variant, label, md_cell, sort_key
+from analysis.runs import Run, finite
+from analysis.variants import Variant, label, md_cell, sort_key
 
 METRIC = "final_val_loss"
 
@@ -39,14 +41,26 @@ def init_loss(runs: list[Run]) -> float | None:
     return statistics.fmean(firsts) if firsts else None
 
 
-def run_loss(run: Run, l0: float | None) -> float | None:
-    """A run's final validation loss; a diverged run (or a non-finite loss) counts at l0."""
-    if run.status == "diverged":
+def capped(loss: float | None, l0: float | None) -> float | None:
+    """A run's loss as the LR sensitivity counts it: its final val loss, at most l0; l0 when it
+    has none (it diverged, or its loss is not finite)."""
+    if loss is None:
         return l0
-    if run.status != "completed":
-        return None  # failed or unfinished: no result either way
-    value = finite(run.result(METRIC))
-    return l0 if value is None else value
+    return loss if l0 is None else min(loss, l0)
+
+
+def sensitivity(curve: Mapping[Any, float]) -> float:
+    """E over the swept lrs of l(lr) - l*, ``curve``: lr -> l(lr) (capped losses' mean)."""
+    best = min(curve.values())
+    return statistics.fmean(x - best for x in curve.values())
+
+
+def run_loss(run: Run, l0: float | None) -> float | None:
+    """A completed or diverged run's capped loss; None for a failed or unfinished run (no
+    result either way)."""
+    if run.status not in ("completed", "diverged"):
+        return None
+    return capped(finite(run.result(METRIC)) if run.status == "completed" else None, l0)
 
 
 def lr_curve(members: list[Variant]) -> dict[str, Any]:
@@ -71,8 +85,6 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
     if not points:
         return {"lrs": [], "points": [], "l0": l0}
     best = min(points, key=lambda p: p["loss"])
-    cap = l0 if l0 is not None else math.inf
-    sensitivity = statistics.fmean(min(p["loss"], cap) - best["loss"] for p in points)
     lrs = [p["lr"] for p in points]
     return {
         "lrs": lrs,
@@ -80,7 +92,7 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
         "l0": l0,
         "best_lr": best["lr"],
         "best_val_loss": best["loss"],
-        "lr_sensitivity": sensitivity,
+        "lr_sensitivity": sensitivity({p["lr"]: p["loss"] for p in points}),
         "edge": len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]),
         "did_not_train": best["did_not_train"] + best["diverged"] >= best["n"],
     }
@@ -146,7 +158,7 @@ def plot(
 ) -> str | None:
     """Final val loss against lr (log axis), one line per variant with a ± one std seed band;
     diverged runs as x marks at l0 (dashed), the best lr of each variant circled."""
-    from scripts.analysis.xy import LINESTYLES, colour_label, plt, save, variant_colors
+    from analysis.xy import LINESTYLES, colour_label, plt, save, variant_colors
 
     drawn = [e for e in entries if e["lrs"]]
     if not drawn:

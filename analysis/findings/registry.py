@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.analysis.block_profile import plot_profiles
-from scripts.analysis.findings.common import Check, NoData, Verdict, note_lrs
-from scripts.analysis.findings.depth import (
+from analysis.block_profile import plot_profiles
+from analysis.findings.common import Check, NoData, Verdict, note_lrs
+from analysis.findings.depth import (
     deep_others_train,
     deep_post_fails,
     f2_post_needs_warmup,
@@ -20,13 +20,13 @@ from scripts.analysis.findings.depth import (
     shallow_post_matches,
     trains_deep,
 )
-from scripts.analysis.findings.init import (
+from analysis.findings.init import (
     f1_post_grad_flat,
     f1_post_residual_flat,
     f1_pre_grad_shrinks,
     f1_pre_residual_grows,
 )
-from scripts.analysis.findings.lr import (
+from analysis.findings.lr import (
     WORTSMAN,
     f6_logit_grows,
     f6_qk_bounded,
@@ -35,19 +35,19 @@ from scripts.analysis.findings.lr import (
     f13_combined_flat,
     flattens,
 )
-from scripts.analysis.findings.norms import (
+from analysis.findings.norms import (
     f7_batchnorm_degrades,
     f7_token_norms_flat,
     rmsnorm_matches,
 )
-from scripts.analysis.findings.placements import (
+from analysis.findings.placements import (
     f9_late_blocks_idle,
     f9_lns_lowers_cos,
     f9_rms_grows,
     no_worse,
     stalls_above,
 )
-from scripts.analysis.findings.stability import (
+from analysis.findings.stability import (
     KIM,
     ZHAI,
     f8_peri_bounded,

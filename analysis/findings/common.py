@@ -1,5 +1,5 @@
 """What every claim check shares: the verdict record, the NO DATA signal, and reading variant
-rows of a sweep's report.json (scripts/analysis/report.py writes it).
+rows of a sweep's report.json (analysis/report.py writes it).
 
 A claim states what a paper reports, measures it in the report (the variants: mean over seeds of
 each run's best val loss; or the init-probe groups), compares it with a threshold and says PASS
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from scripts.analysis.runs import FINISHED
+from analysis.runs import FINISHED
 
 MIN_SEEDS = 2
 WORSE, CLOSE = 0.10, 0.05

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from scripts.analysis.findings.common import (
+from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
     WORSE,
@@ -44,7 +44,7 @@ from scripts.analysis.findings.common import (
     values,
     variant,
 )
-from scripts.analysis.runs import Series, run_series
+from analysis.runs import Series, run_series
 
 GROWS, FLOOR, SMALL, DRIFT = 2.0, 0.1, 0.5, 1.0
 KIM, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Zhai et al. 2023"

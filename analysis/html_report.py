@@ -10,7 +10,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis import lr_sweep
+from analysis import lr_sweep
 
 # Figure name -> (what it shows, what to look for).
 CAPTIONS: dict[str, tuple[str, str]] = {
@@ -97,7 +97,7 @@ def caption(name: str) -> str:
 
 
 def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_dir: Path) -> str:
-    """The HTML of ``report`` (scripts/analysis/report.py) with ``table`` (report.table_cells)
+    """The HTML of ``report`` (analysis/report.py) with ``table`` (report.table_cells)
     and every plot in ``out_dir`` embedded."""
     esc = html.escape
     head, rows = table

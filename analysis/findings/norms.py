@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from scripts.analysis.findings.common import (
+from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
     NoData,

@@ -24,12 +24,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
-from scripts.analysis import xy  # noqa: E402
-from scripts.analysis.heatmaps import write_heatmaps  # noqa: E402
-from scripts.analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
-from scripts.analysis.runs import Series, log_slope  # noqa: E402
-from scripts.analysis.variants import Variant, sort_key  # noqa: E402
-from scripts.analysis.xy import (  # noqa: E402
+from analysis import xy  # noqa: E402
+from analysis.heatmaps import write_heatmaps  # noqa: E402
+from analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
+from analysis.runs import Series, log_slope  # noqa: E402
+from analysis.variants import Variant, sort_key  # noqa: E402
+from analysis.xy import (  # noqa: E402
     LINESTYLES,
     colour_label,
     series_colors,

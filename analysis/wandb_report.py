@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis.runs import Run
+from analysis.runs import Run
 
 REPORT_FILES = ("report.md", "report.json", "report.html")
 WHERE = ("project", "entity", "mode")  # logger.wandb.<key> in the runs' configs
@@ -39,7 +39,7 @@ def wandb_target(runs: list[Run]) -> dict[str, Any] | None:
 
 
 def lr_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """The LR-sensitivity table (scripts/analysis/lr_sweep.py) as wandb Table columns and rows."""
+    """The LR-sensitivity table (analysis/lr_sweep.py) as wandb Table columns and rows."""
     columns = ["variant", "best_lr", "best_val_loss", "lr_sensitivity", "did_not_train", "edge",
                "lrs"]  # fmt: skip
     rows = [

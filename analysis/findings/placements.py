@@ -1,6 +1,6 @@
 """The placements since 2020: the curse of depth and LayerNorm Scaling (F9), Admin (F11).
 
-F9 reads each run's block profile at its last probe (scripts/analysis/block_profile.py: per
+F9 reads each run's block profile at its last probe (analysis/block_profile.py: per
 block, the mean cosine between its input and output and the RMS of its output, as the
 block_cos and act_norm probes logged them); F11 and the placement study read best val losses.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import statistics
 
-from scripts.analysis.block_profile import last_profile
-from scripts.analysis.findings.common import (
+from analysis.block_profile import last_profile
+from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
     Check,
@@ -30,7 +30,7 @@ from scripts.analysis.findings.common import (
     values,
     variant,
 )
-from scripts.analysis.findings.depth import FAILS
+from analysis.findings.depth import FAILS
 
 RMS_GROWTH, NEAR_ONE, COS_DROP = 1.2, 0.9, 0.01
 

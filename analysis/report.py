@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis import lr_sweep, probes, xy
-from scripts.analysis.html_report import caption, page
-from scripts.analysis.plots import write_plots
-from scripts.analysis.runs import (
+from analysis import lr_sweep, probes, xy
+from analysis.html_report import caption, page
+from analysis.plots import write_plots
+from analysis.runs import (
     CANONICAL,
     Run,
     Warnings,
@@ -25,8 +25,9 @@ from scripts.analysis.runs import (
     load_runs,
     read_yaml_flat,
 )
-from scripts.analysis.variants import group_variants, md_cell, variant_fields
-from scripts.analysis.wandb_report import wandb_target
+from analysis.variants import group_variants, md_cell, variant_fields
+from analysis.wandb_report import wandb_target
+from training import runfiles
 
 
 # --- wandb -------------------------------------------------------------------------------------
@@ -39,11 +40,11 @@ def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
         group = first_present([run.summary], ("wandb_group", "group"))
         group = group or first_present([run.config], ("group", "logger.wandb.group"))
         if not group:
-            hydra = read_yaml_flat(run.path / ".hydra/hydra.yaml", Warnings(), resolve=False)
+            hydra = read_yaml_flat(run.path / runfiles.HYDRA_META, Warnings(), resolve=False)
             if hydra.get("hydra.mode") == "MULTIRUN":
                 out = hydra.get("hydra.runtime.output_dir")
                 parent = Path(str(out)).parent if out and "${" not in str(out) else sweep_dir
-                group = "sweep-" + "-".join(parent.parts[-2:])
+                group = runfiles.wandb_group(None, parent)
         if group and "${" not in str(group):
             found[str(group)] += 1
     return [g for g, _ in found.most_common()] or [sweep_dir.resolve().name]
@@ -262,7 +263,7 @@ def compare(
 def xy_figure(
     sweep_dir: str | Path, x: str, ys: list[str], out: str | Path | None = None, name=None
 ) -> Path:
-    """``ys`` against swept key ``x`` (scripts/analysis/xy.py) into the report dir; its path.
+    """``ys`` against swept key ``x`` (analysis/xy.py) into the report dir; its path.
     A key the sweep does not vary, or a y no run has, ends in one line (SystemExit)."""
     sweep_dir = Path(sweep_dir)
     out_dir = Path(out) if out else sweep_dir / "report"

@@ -18,7 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
-from scripts.analysis.findings.common import (
+from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
     WORSE,
@@ -32,7 +32,7 @@ from scripts.analysis.findings.common import (
     values,
     variant,
 )
-from scripts.analysis.runs import read_summary, run_series
+from analysis.runs import read_summary, run_series
 
 FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.20, 0.30, 0.02, 2.0
 EARLY_FRACTION = 0.05  # "early": the first 5% of training

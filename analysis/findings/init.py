@@ -7,8 +7,8 @@ residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing).
 
 from __future__ import annotations
 
-from scripts.analysis.findings.common import NoData, Verdict, decide, rnd
-from scripts.analysis.runs import log_slope
+from analysis.findings.common import NoData, Verdict, decide, rnd
+from analysis.runs import log_slope
 
 FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 0.15, -0.3, 1.5, 2.0
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.analysis.runs import CANONICAL, Run, Warnings, finite, flatten, read_json
+from analysis.runs import CANONICAL, Run, Warnings, finite, flatten, read_json
+from training import runfiles
 
 PARAM_KEYS = ("model", "placement", "norm", "n_layer", "n_embd", "seed", "init")
 # Per-layer values: "grad_norm/layer_3", "act_norm/3", "residual_norm": [..] (after flattening).
@@ -115,14 +116,14 @@ def load_probes(
 
     by_dir = {r.path: r for r in runs}
     probes: list[Probe] = []
-    for path in sorted(sweep_dir.rglob("probe.json")):
+    for path in sorted(sweep_dir.rglob(runfiles.PROBE)):
         if (skip and skip.resolve() in path.resolve().parents) or "wandb" in path.parts:
             continue
         data = read_json(path, warn, types=(dict, list))
         run = by_dir.get(path.parent)
         base = run_params(run) if run else {}
         records, shared = probe_records(data)
-        parsed = [parse_probe(r, {**base, **shared}, "probe.json") for r in records]
+        parsed = [parse_probe(r, {**base, **shared}, runfiles.PROBE) for r in records]
         if records and not any(parsed):
             warn.add(path, "no per-layer grad_norm/act_norm values found; ignored")
         probes += [p for p in parsed if p]

@@ -4,7 +4,7 @@ shares; the checks live in one module per family (init: F1, depth: F2-F4 and the
 studies, norms: F5 and F7, lr: F6 and F13, stability: F8, F10, F12).
 """
 
-from scripts.analysis.findings.common import STATUSES, NoData, Verdict
-from scripts.analysis.findings.registry import ALIASES, FINDINGS, Claim, Finding, evaluate
+from analysis.findings.common import STATUSES, NoData, Verdict
+from analysis.findings.registry import ALIASES, FINDINGS, Claim, Finding, evaluate
 
 __all__ = ["ALIASES", "FINDINGS", "STATUSES", "Claim", "Finding", "NoData", "Verdict", "evaluate"]
