@@ -58,16 +58,20 @@ def t_quantile(df: float) -> float:
 
 
 def sd(xs: Sequence[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else math.nan
+    """Sample sd; nan for one seed or an infinite value."""
+    return statistics.stdev(xs) if len(xs) > 1 and all(map(math.isfinite, xs)) else math.nan
 
 
 def mean_interval(xs: Sequence[float]) -> Interval:
     """The t interval of one arm's mean over its seeds (needs >= 2 finite seeds)."""
     xs = [float(x) for x in xs]
-    m = math.inf if math.inf in xs else statistics.fmean(xs)
-    if math.isinf(m) or len(xs) < 2:
-        return Interval(m, m if math.isinf(m) else -math.inf, m if math.isinf(m) else math.inf,
-                        (len(xs),), (sd(xs),), "t over seeds")  # fmt: skip
+    n, s = (len(xs),), (sd(xs),)
+    if any(math.isinf(x) for x in xs):  # a diverged seed: the arm is as bad as it
+        m = math.inf if math.inf in xs else -math.inf
+        return Interval(m, m, m, n, s, "a diverged seed decides")
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        raise ValueError("an interval needs >= 2 seeds")
     half = t_quantile(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
     return Interval(m, m - half, m + half, (len(xs),), (sd(xs),), "t over seeds")
 

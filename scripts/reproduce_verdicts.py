@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from analysis.findings import FINDINGS, Verdict
+from analysis.findings.common import SIDE_TEXT
 from analysis.runs import FINISHED
 from scripts.reproduce_sweep import console
 
@@ -35,6 +36,19 @@ def said(measured: dict, note: str) -> str:
     return "; ".join(x for x in (fmt(measured), note) if x)
 
 
+def effects(intervals: dict[str, dict]) -> str:
+    """Each effect a verdict was decided on: its value, 95% interval, seeds and margin."""
+    out = []
+    for name, ci in intervals.items():
+        n = "/".join(map(str, ci["n"]))
+        if isinstance(ci["effect"], str) or ci["lo"] == ci["hi"]:
+            shown = f"{ci['effect']} ({ci['method']})"
+        else:
+            shown = f"{ci['effect']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}]"
+        out.append(f"{name}: {shown}, n={n}, claim {SIDE_TEXT[ci['side']].format(m=ci['margin'])}")
+    return "; ".join(out) or "–"
+
+
 def over(record: dict) -> str:
     return f" over {record['launches']} launches" if record.get("launches", 1) > 1 else ""
 
@@ -55,15 +69,22 @@ def verdict_markdown(record: dict) -> str:
         f"{record['cpu_s'] / 60:.1f} CPU-min in all.  ",
         f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
         "",
-        "| claim | statement (source) | measured | threshold | verdict |",
-        "|---|---|---|---|---|",
+        "| claim | statement (source) | effect, 95% interval, seeds, margin | measured | "
+        "threshold | verdict |",
+        "|---|---|---|---|---|---|",
     ]
     for c in record["claims"]:
-        cells = [c["id"], f"{c['statement']} ({c['source']})", said(c["measured"], c["note"])]
-        cells += [c["threshold"] or "–", f"**{c['status']}**"]
+        cells = [c["id"], f"{c['statement']} ({c['source']})", effects(c.get("intervals", {}))]
+        cells += [said(c["measured"], c["note"]), c["threshold"] or "–", f"**{c['status']}**"]
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     if record["kind"] != "init_probe":
-        lines += ["", "Losses: mean over seeds of each run's best val loss; inf: a run diverged."]
+        lines += [
+            "",
+            "Losses: mean over seeds of each run's best val loss; inf: a run diverged. Effects: "
+            "the difference of the arms' means with its 95% Welch t interval over seeds "
+            "(analysis/stats.py); PASS when the interval lies on the claim's side of its margin, "
+            "FAIL when on the other, INCONCLUSIVE when it straddles the margin.",
+        ]
     left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
     if left_out:
         lines += [
@@ -131,11 +152,12 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
 
 
 def show(verdicts: list[Verdict]) -> None:
-    table = Table("claim", "statement", "measured", "threshold", "verdict")
-    colors = {"PASS": "green", "FAIL": "red", "NOT TESTABLE": "blue", "NO DATA": "yellow"}
+    table = Table("claim", "statement", "effect [95% interval]", "measured", "verdict")
+    colors = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "magenta", "NOT TESTABLE": "blue"}
     for v in verdicts:
-        measured = said(v.measured, v.note)
-        table.add_row(v.id, v.statement, measured, v.threshold, f"[{colors[v.status]}]{v.status}")
+        measured = "; ".join(x for x in (said(v.measured, v.note), v.threshold) if x)
+        color = colors.get(v.status, "yellow")
+        table.add_row(v.id, v.statement, effects(v.intervals), measured, f"[{color}]{v.status}")
     console.print(table)
 
 

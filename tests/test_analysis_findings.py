@@ -39,9 +39,10 @@ def test_a_failed_run_is_not_a_diverged_run() -> None:
 
 def test_verdicts_use_the_completed_and_diverged_runs_of_a_variant() -> None:
     settings = {"ref_lr": 1e-3}
-    # One seed failed: the mean is over the two that completed, and it is still a verdict.
-    v = by_id(evaluate("f2", f2_report([2.5, FAILED, 2.7], [2.5, 2.5]), settings))
-    assert v["F2b"].status == "FAIL" and v["F2b"].measured["pre_no_warmup"] == pytest.approx(2.6)
+    # One seed failed: the mean is over those that completed, and it is still a verdict.
+    v = by_id(evaluate("f2", f2_report([2.6, FAILED, 2.61, 2.62], [2.5, 2.5, 2.51]), settings))
+    assert v["F2b"].status == "FAIL" and v["F2b"].measured["pre_no_warmup"] == pytest.approx(2.61)
+    assert v["F2b"].intervals["gap"]["n"] == [3, 3]
     # One completed, one failed: fewer than 2 seeds, NO DATA.
     v = by_id(evaluate("f2", f2_report([2.5, FAILED], [2.5, 2.5]), settings))
     assert v["F2b"].status == "NO DATA" and "1 failed left out" in v["F2b"].note
@@ -94,9 +95,20 @@ def test_f5_tolerance() -> None:
         ]
         return {"variants": rows}
 
-    assert evaluate("f5", report([2.53, 2.55]))[0].status == "PASS"  # 0.03 apart
-    v = evaluate("f5", report([2.58, 2.60]))[0]  # 0.08 apart
-    assert v.status == "FAIL" and v.measured["pre_diff"] == pytest.approx(0.08)
+    # 0.03 apart, 2 seeds: the interval (t with 2 df, ±0.061) reaches past 0.05.
+    v = evaluate("f5", report([2.53, 2.55]))[0]
+    assert v.status == "INCONCLUSIVE" and "seeds per arm would settle it" in v.note
+
+    def tight(rms: list) -> dict:
+        rows = [row([2.50, 2.51, 2.52], placement="pre", norm="layernorm")]
+        return {"variants": [*rows, row(rms, placement="pre", norm="rmsnorm")]}
+
+    # 0.02 apart, sd 0.01, 3 seeds: 0.02 ± 2.776 * 0.00816 = [-0.003, 0.043], inside ±0.05.
+    v = evaluate("f5", tight([2.52, 2.53, 2.54]))[0]
+    assert v.status == "PASS"
+    assert v.intervals["pre rmsnorm - layernorm"]["hi"] == pytest.approx(0.0427, abs=1e-3)
+    v = evaluate("f5", tight([2.60, 2.61, 2.62]))[0]  # 0.10 apart: [0.077, 0.123]
+    assert v.status == "FAIL"
 
 
 def f7_report(accs: dict[str, dict[int, list[float | None]]]) -> dict:

@@ -31,10 +31,18 @@ def f2_report(post_off: list, post_on: list, pre_off: list, pre_on: list) -> dic
 
 def test_f2_pass_and_fail() -> None:
     settings = {"ref_lr": 1e-3}
-    good = evaluate("f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings)
+    good = evaluate(
+        "f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5, 2.51], [2.5, 2.5, 2.51]), settings
+    )
     assert [v.status for v in good] == ["PASS", "PASS"]
-    f2a = good[0].measured
-    assert f2a["gap"] == pytest.approx(0.5) and f2a["post_no_warmup"] == pytest.approx(3.05)
+    f2a = good[0]
+    assert f2a.intervals["gap"]["effect"] == pytest.approx(0.5)
+    assert f2a.measured["post_no_warmup"] == pytest.approx(3.05)
+    # Welch: sds 0.0707 each, se 0.0707, df 2: 0.5 ± 4.303 * 0.0707 = [0.196, 0.804]
+    assert f2a.intervals["gap"]["lo"] == pytest.approx(0.5 - 4.3027 * 0.070711, abs=1e-3)
+    # Two seeds each 0.01 apart: the interval (t with 1 df) cannot tell 0.01 from 0.05.
+    loose = evaluate("f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings)
+    assert loose[1].status == "INCONCLUSIVE" and "seeds per arm" in loose[1].note
     # The gap is 0.09 < 0.10; Pre-LN without warmup 0.08 worse > 0.05.
     bad = evaluate("f2", f2_report([2.64, 2.64], [2.55, 2.55], [2.58, 2.58], [2.5, 2.5]), settings)
     assert [v.status for v in bad] == ["FAIL", "FAIL"]
@@ -45,14 +53,14 @@ def test_f2_pass_and_fail() -> None:
 
 
 def test_depth_claims_pass_and_fail() -> None:
-    healthy = {("pre", 3): [2.6, 2.6], ("deepnorm", 3): [2.5, 2.5]}
+    healthy = {("pre", 3): [2.6, 2.6, 2.61], ("deepnorm", 3): [2.5, 2.5, 2.51]}
     good = depth_report(
         {
             **healthy,
-            ("post", 3): [2.52, 2.56],
+            ("post", 3): [2.52, 2.53, 2.54],
             ("post", 24): [3.2, None],
-            ("pre", 24): [2.75, 2.8],
-            ("deepnorm", 24): [2.5, 2.55],
+            ("pre", 24): [2.75, 2.76, 2.77],
+            ("deepnorm", 24): [2.5, 2.52, 2.54],
         },
         warmup_steps=50,
     )
@@ -132,11 +140,11 @@ def test_league_ranks_each_placement_at_its_best_lr(tmp_path: Path) -> None:
     }
     # Post-LN at its best lr (3e-4: 3.1), Pre-LN and DeepNorm at theirs (1e-3: 2.61).
     assert v["P1"].measured["post"] == pytest.approx(3.1)
-    assert v["P1"].measured["gap"] == pytest.approx(3.1 - 2.61)
+    assert v["P1"].intervals["post - pre"]["effect"] == pytest.approx(3.1 - 2.61)
     assert v["P1"].measured["best_lr"] == {"post-L12": 3e-4, "pre-L12": 1e-3, "deepnorm-L12": 1e-3}
     assert "post-L12 (0.0003 of 0.0003..0.01)" in v["P1"].note  # its best is the smallest lr
     assert v["P7"].measured["loss"] == pytest.approx(2.51)  # nGPT at 1e-2, an edge too
-    assert v["P7"].measured["below"] == pytest.approx(3.26 - 2.51)
+    assert v["P7"].intervals["unigram - loss"]["effect"] == pytest.approx(3.26 - 2.51)
     assert "ngpt-L12 (0.01 of 0.0003..0.01)" in v["P7"].note
     assert v["P2"].note == ""  # Pre-LN's best lies inside the grid
 
@@ -163,14 +171,17 @@ def test_placement_claims_pass_and_fail() -> None:
             ("pre", 12): [2.9, 2.9],
             ("deepnorm", 12): [2.72, 2.72],
             ("sandwich", 12): [2.8, 2.8],
-            ("admin", 12): [2.7, 2.8],
+            ("admin", 12): [2.7, 2.71],
         }
     )
     v = by_id(evaluate("placements", good))
     claims = ("P1", "P2", "P3", "P4", "P5")
     assert {k: v[k].status for k in claims} == dict.fromkeys(claims, "PASS")
-    assert v["P2"].measured["gap"] == pytest.approx(0.15)
-    assert v["P1"].measured["gap"] == pytest.approx(3.255 - 2.72)
+    assert v["P2"].intervals["deepest - shallowest"]["effect"] == pytest.approx(0.15)
+    assert v["P1"].intervals["post - deepnorm"]["effect"] == pytest.approx(3.255 - 2.72)
+    # Admin 0.0 above its shallow self, but its two seeds 0.1 apart: no verdict either way.
+    noisy = by_id(evaluate("placements", depth_report(shallow | {("admin", 12): [2.7, 2.8]})))
+    assert noisy["P5"].status == "INCONCLUSIVE"
 
     bad = depth_report(
         shallow

@@ -1,11 +1,17 @@
 """What every claim check shares: the verdict record, the NO DATA signal, and reading variant
 rows of a sweep's report.json (analysis/report.py writes it).
 
-A claim states what a paper reports, measures it in the report (the variants: mean over seeds of
-each run's best val loss; or the init-probe groups), compares it with a threshold and says PASS
-or FAIL, or NO DATA when the variants it needs are missing or have fewer than MIN_SEEDS finished
+A claim states what a paper reports, measures it in the report (the variants: each run's best
+val loss, per seed; or the init-probe groups), compares it with a threshold and says PASS or
+FAIL, or NO DATA when the variants it needs are missing or have fewer than MIN_SEEDS finished
 runs, or NOT TESTABLE when the measured runs show that this size cannot produce what the claim is
 about (the measured reason is in the verdict).
+
+A claim that compares arms over seeds decides on the 95% confidence interval of its effect
+(analysis/stats.py: Welch t over seeds): PASS when the interval lies on the claim's side of its
+margin, FAIL when it lies on the other side, INCONCLUSIVE when it straddles the margin, with the
+seeds per arm the observed spread would need (``decide_interval``, ``decide_all``). The verdict
+records the effect, its interval, the margin and the seeds (``Verdict.intervals``).
 
 Each variant at its own best learning rate (Wortsman et al. 2023): in a sweep with ``optim.lr``
 in its grid, ``variant(report, placement="post")`` (no ``lr`` given) is the post row at the lr
@@ -18,10 +24,13 @@ run (a config error, a crash, a refused resume) says nothing about its variant a
 never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
 trained, and a variant with one such seed is as bad as its worst seed.
 
-Thresholds shared by the families (losses in nats per token / per image; seed-to-seed std at the
-CPU sizes is 0.01-0.04):
-    WORSE = 0.10   "ends worse": >= 2.5 seed stds, far below the gaps the papers report
-    CLOSE = 0.05   "close to" / "matches": about 2 seed stds
+Margins shared by the families (losses in nats per token / per image), the effect sizes the
+claims are worded by, fixed before the runs:
+    WORSE = 0.10   "ends worse": far below the gaps the papers report
+    CLOSE = 0.05   "close to" / "matches"
+The seeds' noise enters through the interval, never through the margin. (Before intervals, the
+margins were set at 2-2.5 seed sds measured at 0.02-0.04 and decided on point estimates; at best
+rates near a stability edge the sds are 0.06-0.11, where a point estimate decided nothing.)
 """
 
 from __future__ import annotations
@@ -33,11 +42,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from analysis import stats
 from analysis.runs import FINISHED
 
 MIN_SEEDS = 2
 WORSE, CLOSE = 0.10, 0.05
-STATUSES = ("PASS", "FAIL", "NOT TESTABLE", "NO DATA")
+STATUSES = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")
+SIDE_TEXT = {"above": ">= {m:g}", "below": "<= {m:g}", "within": "within ±{m:g}"}
 UNTESTABLE = "NOT TESTABLE AT THIS SIZE"
 
 
@@ -50,6 +61,8 @@ class Verdict:
     threshold: str = ""
     status: str = "NO DATA"
     note: str = ""
+    # effect name -> {effect, lo, hi, n, method, margin, side, outcome[, seeds_needed]}
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -222,6 +235,65 @@ def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
     verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
     verdict.status = "PASS" if passed else "FAIL"
     return verdict
+
+
+def interval_of(
+    v: Verdict, name: str, ci: stats.Interval, margin: float, side: str
+) -> tuple[str, int | None]:
+    """Record one effect's interval in the verdict; its outcome and, when INCONCLUSIVE, the
+    seeds per arm the observed spread would need."""
+    outcome = stats.outcome(ci, margin, side)
+    need = stats.seeds_needed(ci, margin, side) if outcome == "INCONCLUSIVE" else None
+    v.intervals[name] = {
+        "effect": rnd(ci.effect),
+        "lo": rnd(ci.lo),
+        "hi": rnd(ci.hi),
+        "n": list(ci.n),
+        "method": ci.method,
+        "margin": margin,
+        "side": side,
+        "outcome": outcome,
+        **({"seeds_needed": need} if outcome == "INCONCLUSIVE" else {}),
+    }
+    return outcome, need
+
+
+def decide_all(v: Verdict, parts: dict[str, tuple[stats.Interval, float, str]]) -> Verdict:
+    """Decide a claim made of one or more effects (``parts``: name -> (interval, margin,
+    side)): PASS when every interval lies on its claim's side, FAIL when any lies on the other
+    side, else INCONCLUSIVE, naming the effects the seeds cannot settle."""
+    outcomes = {name: interval_of(v, name, *part) for name, part in parts.items()}
+    found = {o for o, _ in outcomes.values()}
+    v.status = "FAIL" if "FAIL" in found else "INCONCLUSIVE" if "INCONCLUSIVE" in found else "PASS"
+    if v.status == "INCONCLUSIVE":
+        open_ = [
+            f"{name} (" + (f"~{need} seeds per arm would settle it" if need else "on the margin")
+            + ")"
+            for name, (o, need) in outcomes.items()
+            if o == "INCONCLUSIVE"
+        ]  # fmt: skip
+        said = f"the 95% interval straddles the margin for {', '.join(open_)}"
+        v.note = "; ".join(x for x in (v.note, said) if x)
+    return v
+
+
+def decide_interval(
+    v: Verdict, name: str, ci: stats.Interval, margin: float, side: str, **measured: Any
+) -> Verdict:
+    """Decide a claim of one effect on its interval (see decide_all)."""
+    v.measured.update({k: rnd(x) if isinstance(x, float) else x for k, x in measured.items()})
+    v.threshold = v.threshold or f"{name} {SIDE_TEXT[side].format(m=margin)} (95% interval)"
+    return decide_all(v, {name: (ci, margin, side)})
+
+
+def diff(a: dict, b: dict) -> stats.Interval:
+    """Welch's interval of mean(best val loss of a) - mean(... of b) over their seeds (a
+    diverged seed scores +inf); NO DATA under MIN_SEEDS finished runs in either."""
+    xa, xb = scores(a), scores(b)
+    for row, xs in ((a, xa), (b, xb)):
+        if len(xs) < MIN_SEEDS:
+            raise too_few(row, len(xs))
+    return stats.diff_interval(xa, xb)
 
 
 Check = Callable[[dict, dict, Verdict], Verdict]

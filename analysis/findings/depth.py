@@ -18,6 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
+from analysis import stats
 from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
@@ -26,8 +27,13 @@ from analysis.findings.common import (
     NoData,
     Verdict,
     decide,
+    decide_all,
+    decide_interval,
+    diff,
     finished,
     mean_score,
+    rnd,
+    scores,
     too_few,
     values,
     variant,
@@ -39,28 +45,34 @@ EARLY_FRACTION = 0.05  # "early": the first 5% of training
 
 
 # --- F2: warmup ----------------------------------------------------------------------------------
-def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[float, float, dict]:
+def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[dict, dict, dict]:
     lr = settings.get("ref_lr")
     if lr is None:
         raise NoData("the experiment sets no reproduce.ref_lr")
     warmups = values(report, "warmup_steps")
     if 0 not in warmups or len(warmups) < 2:
         raise NoData(f"warmup_steps values {warmups}: need 0 and a warmup")
-    off = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=0))
-    on = mean_score(variant(report, placement=placement, lr=lr, warmup_steps=warmups[-1]))
+    off = variant(report, placement=placement, lr=lr, warmup_steps=0)
+    on = variant(report, placement=placement, lr=lr, warmup_steps=warmups[-1])
     return off, on, {"lr": lr, "warmup_steps": warmups[-1]}
 
 
 def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
     off, on, where = warmup_pair(report, settings, "post")
-    v.threshold = f"no-warmup - warmup >= {WORSE}"
-    return decide(v, off - on >= WORSE, post_no_warmup=off, post_warmup=on, gap=off - on, **where)
+    v.threshold = f"no-warmup - warmup >= {WORSE} (95% interval)"
+    return decide_interval(
+        v, "gap", diff(off, on), WORSE, "above",
+        post_no_warmup=mean_score(off), post_warmup=mean_score(on), **where,
+    )  # fmt: skip
 
 
 def f2_pre_no_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
     off, on, where = warmup_pair(report, settings, "pre")
-    v.threshold = f"no-warmup - warmup <= {CLOSE}"
-    return decide(v, off - on <= CLOSE, pre_no_warmup=off, pre_warmup=on, gap=off - on, **where)
+    v.threshold = f"no-warmup - warmup <= {CLOSE} (95% interval)"
+    return decide_interval(
+        v, "gap", diff(off, on), CLOSE, "below",
+        pre_no_warmup=mean_score(off), pre_warmup=mean_score(on), **where,
+    )  # fmt: skip
 
 
 # --- F3/F4 and the ViT: depth --------------------------------------------------------------------
@@ -74,22 +86,26 @@ def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
         raise NoData("no depths in the report")
     post = depth_means(report, "post", depth)
     others = {p: depth_means(report, p, depth) for p in ("pre", "deepnorm")}
-    best = min(others.values())
-    v.threshold = f"post diverged, or post - min(pre, deepnorm) >= {FAILS}"
-    return decide(v, post - best >= FAILS, depth=depth, post=post, **others, gap=post - best)
+    best = min(others, key=others.get)
+    v.threshold = f"post diverged, or post - the better of pre, deepnorm >= {FAILS} (95% interval)"
+    ci = diff(variant(report, placement="post", n_layer=depth), variant(report, placement=best,
+              n_layer=depth))  # fmt: skip
+    return decide_interval(v, f"post - {best}", ci, FAILS, "above", depth=depth, post=post,
+                           **others)  # fmt: skip
 
 
 def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
     depths = values(report, "n_layer")
     if len(depths) < 2:
         raise NoData(f"depths {depths}: need >= 2")
-    measured, ok = {"depths": [depths[0], depths[-1]]}, True
+    measured, parts = {"depths": [depths[0], depths[-1]]}, {}
     for p in ("pre", "deepnorm"):
-        shallow, deep = depth_means(report, p, depths[0]), depth_means(report, p, depths[-1])
-        measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = shallow, deep
-        ok = ok and deep - shallow <= DEEP_OK
-    v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each"
-    return decide(v, ok, **measured)
+        rows = [variant(report, placement=p, n_layer=d) for d in (depths[0], depths[-1])]
+        measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = map(mean_score, rows)
+        parts[f"{p} deepest - shallowest"] = (diff(rows[1], rows[0]), DEEP_OK, "below")
+    v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each (95% interval)"
+    v.measured.update({k: rnd(x) if isinstance(x, float) else x for k, x in measured.items()})
+    return decide_all(v, parts)
 
 
 def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
@@ -99,9 +115,11 @@ def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
     warmups = values(report, "warmup_steps")
     if not warmups or warmups[0] <= 0:
         raise NoData("F4 needs runs with warmup")
-    post, pre = depth_means(report, "post", depth), depth_means(report, "pre", depth)
-    v.threshold = f"post <= pre + {F4_TOL}"
-    return decide(v, post <= pre + F4_TOL, depth=depth, post=post, pre=pre, diff=post - pre)
+    rows = [variant(report, placement=p, n_layer=depth) for p in ("post", "pre")]
+    post, pre = map(mean_score, rows)
+    v.threshold = f"post - pre <= {F4_TOL} (95% interval)"
+    return decide_interval(v, "post - pre", diff(*rows), F4_TOL, "below", depth=depth,
+                           post=post, pre=pre)  # fmt: skip
 
 
 def early_update(row: dict, max_steps: int) -> float:
@@ -158,27 +176,20 @@ def trains_deep(placement: str) -> Check:
         if len(depths) == 1:
             row = variant(report, placement=placement, n_layer=depths[0])
             loss, plateau = mean_score(row), unigram_loss(row)
-            v.threshold = f"no divergence and unigram loss - loss >= {DEEP_OK}"
-            return decide(
-                v,
-                plateau - loss >= DEEP_OK,
-                depth=depths[0],
-                loss=loss,
+            v.threshold = f"no divergence and unigram loss - loss >= {DEEP_OK} (95% interval)"
+            ci = stats.mean_interval([plateau - x for x in scores(row)])
+            return decide_interval(
+                v, "unigram - loss", ci, DEEP_OK, "above", depth=depths[0], loss=loss,
                 unigram=plateau,
-                below=plateau - loss,
-            )
+            )  # fmt: skip
         if len(depths) < 2:
             raise NoData(f"depths {depths}: need >= 1")
-        shallow = depth_means(report, placement, depths[0])
-        deep = depth_means(report, placement, depths[-1])
-        v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}"
-        return decide(
-            v,
-            deep - shallow <= DEEP_OK,
-            depths=[depths[0], depths[-1]],
-            shallowest=shallow,
-            deepest=deep,
-            gap=deep - shallow,
-        )
+        rows = [variant(report, placement=placement, n_layer=d) for d in (depths[0], depths[-1])]
+        shallow, deep = map(mean_score, rows)
+        v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK} (95% interval)"
+        return decide_interval(
+            v, "deepest - shallowest", diff(rows[1], rows[0]), DEEP_OK, "below",
+            depths=[depths[0], depths[-1]], shallowest=shallow, deepest=deep,
+        )  # fmt: skip
 
     return check

@@ -12,8 +12,11 @@ from analysis.findings.common import (
     NoData,
     Verdict,
     decide,
+    decide_all,
+    diff,
     finished,
     mean_score,
+    rnd,
     too_few,
     values,
     variant,
@@ -25,20 +28,21 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
     placements = values(report, "placement")
     if not placements:
         raise NoData("no placements in the report")
-    measured, ok = {}, True
+    measured, parts = {}, {}
     for p in placements:
-        ln = mean_score(variant(report, placement=p, norm="layernorm"))
-        rms = mean_score(variant(report, placement=p, norm="rmsnorm"))
-        measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = ln, rms
-        measured[f"{p}_diff"] = rms - ln
-        ok = ok and abs(rms - ln) <= CLOSE
+        ln_row = variant(report, placement=p, norm="layernorm")
+        rms_row = variant(report, placement=p, norm="rmsnorm")
+        ln, rms = mean_score(ln_row), mean_score(rms_row)
+        measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = rnd(ln), rnd(rms)
+        parts[f"{p} rmsnorm - layernorm"] = (diff(rms_row, ln_row), CLOSE, "within")
         tput = [
             variant(report, placement=p, norm=n)["throughput"] for n in ("rmsnorm", "layernorm")
         ]
         if all(tput):
             measured[f"{p}_throughput_ratio"] = round(tput[0]["mean"] / tput[1]["mean"], 3)
-    v.threshold = f"|rmsnorm - layernorm| <= {CLOSE} for each placement"
-    return decide(v, ok, **measured)
+    v.threshold = f"rmsnorm - layernorm within ±{CLOSE} for each placement (95% interval)"
+    v.measured.update(measured)
+    return decide_all(v, parts)
 
 
 # --- F7: batch statistics ------------------------------------------------------------------------

@@ -24,8 +24,12 @@ from analysis.findings.common import (
     NoData,
     Verdict,
     decide,
+    decide_all,
+    decide_interval,
+    diff,
     finished,
     mean_score,
+    rnd,
     too_few,
     values,
     variant,
@@ -98,10 +102,11 @@ def stalls_above(worse: str, better: str) -> Check:
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
         depth = deepest(report)
-        a = mean_score(variant(report, placement=worse, n_layer=depth))
-        b = mean_score(variant(report, placement=better, n_layer=depth))
-        v.threshold = f"{worse} diverged, or {worse} - {better} >= {FAILS}"
-        return decide(v, a - b >= FAILS, depth=depth, **{worse: a, better: b}, gap=a - b)
+        rows = [variant(report, placement=p, n_layer=depth) for p in (worse, better)]
+        a, b = map(mean_score, rows)
+        v.threshold = f"{worse} diverged, or {worse} - {better} >= {FAILS} (95% interval)"
+        return decide_interval(v, f"{worse} - {better}", diff(*rows), FAILS, "above",
+                               depth=depth, **{worse: a, better: b})  # fmt: skip
 
     return check
 
@@ -114,14 +119,15 @@ def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
         depths = values(report, "n_layer") if every_depth else [deepest(report)]
         if not depths:
             raise NoData("no depths in the report")
-        measured, ok = {}, True
+        measured, parts = {}, {}
         for depth in depths:
-            a = mean_score(variant(report, placement=candidate, n_layer=depth))
-            b = mean_score(variant(report, placement=reference, n_layer=depth))
-            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = a, b
-            ok = ok and a <= b + CLOSE
+            rows = [variant(report, placement=p, n_layer=depth) for p in (candidate, reference)]
+            a, b = map(mean_score, rows)
+            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = rnd(a), rnd(b)
+            parts[f"L{depth} {candidate} - {reference}"] = (diff(*rows), CLOSE, "below")
         where = "at every depth" if every_depth else "at the deepest depth"
-        v.threshold = f"{candidate} <= {reference} + {CLOSE}, {where}"
-        return decide(v, ok, **measured)
+        v.threshold = f"{candidate} - {reference} <= {CLOSE}, {where} (95% interval)"
+        v.measured.update(measured)
+        return decide_all(v, parts)
 
     return check

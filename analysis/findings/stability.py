@@ -36,6 +36,8 @@ from analysis.findings.common import (
     NoData,
     Verdict,
     decide,
+    decide_interval,
+    diff,
     finished,
     mean_score,
     rnd,
@@ -256,7 +258,10 @@ def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
 
 def f12_z_loss_costs_nothing(report: dict, settings: dict, v: Verdict) -> Verdict:
     _, off, on = z_arms(report)
-    plain = mean_score(variant(report, **{Z: off}))
-    z = mean_score(variant(report, **{Z: on}))
-    v.threshold = f"each at its best lr: best val loss with z-loss <= without + {CLOSE}"
-    return decide(v, z <= plain + CLOSE, with_z=z, without_z=plain, gap=z - plain)
+    plain_row, z_row = variant(report, **{Z: off}), variant(report, **{Z: on})
+    plain, z = mean_score(plain_row), mean_score(z_row)
+    v.threshold = (
+        f"each at its best lr: best val loss with z-loss - without <= {CLOSE} (95% interval)"
+    )
+    return decide_interval(v, "with z - without", diff(z_row, plain_row), CLOSE, "below",
+                           with_z=z, without_z=plain)  # fmt: skip

@@ -1,0 +1,87 @@
+"""analysis/stats.py: the intervals against scipy's own Welch test and hand-computed cases, and
+the PASS / FAIL / INCONCLUSIVE rule against a margin."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as sp
+
+from analysis import stats
+
+
+def test_welch_interval_matches_scipy() -> None:
+    a, b = [2.61, 2.58, 2.66, 2.63, 2.60], [2.50, 2.55, 2.49, 2.57]
+    ci = stats.diff_interval(a, b)
+    ref = sp.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (ci.lo, ci.hi) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    assert ci.effect == pytest.approx(sum(a) / 5 - sum(b) / 4)
+    assert ci.n == (5, 4) and ci.method == "Welch t over seeds"
+
+
+def test_mean_interval_by_hand() -> None:
+    # n = 3, mean 2, sd 1: half-width t(0.975, 2) / sqrt(3) = 4.302653 / 1.732051 = 2.484138
+    ci = stats.mean_interval([1.0, 2.0, 3.0])
+    assert ci.effect == 2.0
+    assert (ci.lo, ci.hi) == pytest.approx((2 - 2.484138, 2 + 2.484138), abs=1e-6)
+
+
+def test_a_diverged_seed_decides_without_an_interval() -> None:
+    ci = stats.diff_interval([math.inf, 2.5], [2.5, 2.6])
+    assert ci.effect == ci.lo == math.inf and stats.outcome(ci, 0.2, "above") == "PASS"
+    both = stats.diff_interval([math.inf, 2.5], [math.inf, 2.6])
+    assert stats.outcome(both, 0.2, "above") == "INCONCLUSIVE"
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        stats.diff_interval([2.5], [2.6, 2.7])
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "side", "want"),
+    [
+        (0.12, 0.20, "above", "PASS"),
+        (0.02, 0.08, "above", "FAIL"),
+        (0.05, 0.15, "above", "INCONCLUSIVE"),
+        (-0.02, 0.04, "below", "PASS"),
+        (0.06, 0.09, "below", "FAIL"),
+        (0.00, 0.07, "below", "INCONCLUSIVE"),
+        (-0.04, 0.04, "within", "PASS"),
+        (0.06, 0.10, "within", "FAIL"),
+        (-0.10, -0.06, "within", "FAIL"),
+        (0.01, 0.08, "within", "INCONCLUSIVE"),
+    ],
+)
+def test_outcome_against_a_margin(lo: float, hi: float, side: str, want: str) -> None:
+    ci = stats.Interval((lo + hi) / 2, lo, hi, (3, 3), (0.01, 0.01), "t")
+    margin = 0.1 if side == "above" else 0.05
+    assert stats.outcome(ci, margin, side) == want
+
+
+def test_seeds_needed_clears_the_margin_at_that_many_seeds() -> None:
+    a, b = [2.50, 2.55], [2.46, 2.47]  # effect 0.06 against a 0.05 margin, below
+    ci = stats.diff_interval(a, b)
+    assert stats.outcome(ci, 0.05, "below") == "INCONCLUSIVE"
+    need = stats.seeds_needed(ci, 0.05, "below")
+    sds = (0.05 / math.sqrt(2), 0.01 / math.sqrt(2))
+    half = lambda n: sp.t.ppf(0.975, 2 * (n - 1)) * math.sqrt((sds[0] ** 2 + sds[1] ** 2) / n)  # noqa: E731
+    assert half(need) < 0.01 <= half(need - 1)
+    on_margin = stats.Interval(0.05, 0.0, 0.1, (2, 2), (0.01, 0.01), "t")
+    assert stats.seeds_needed(on_margin, 0.05, "below") is None
+
+
+def test_the_verdict_table_shows_each_effect_with_its_interval_and_margin() -> None:
+    from analysis.findings import evaluate
+    from scripts.reproduce_verdicts import effects, verdict_markdown
+    from tests.reports import row
+
+    rows = [row([3.0, 3.1], placement="post", lr=1e-3, warmup_steps=0)]
+    rows += [row([2.5, 2.6], placement="post", lr=1e-3, warmup_steps=100)]
+    f2a = evaluate("f2", {"variants": rows}, {"ref_lr": 1e-3})[0]
+    # 0.5 ± t(0.975, 2) * sqrt(0.005/2 + 0.005/2) = 0.5 ± 4.3027 * 0.0707
+    assert effects(f2a.intervals) == "gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1"
+    record = {
+        "title": "F2", "command": "c", "experiment": "f2_warmup", "kind": "train", "n_runs": 4,
+        "run_status": {"completed": 4}, "wall_s": 60, "cpus": 2, "load_start": 0.0,
+        "load_end": 0.0, "cpu_s": 60, "counts": {"PASS": 1}, "claims": [f2a.to_dict()],
+    }  # fmt: skip
+    assert "| gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1 |" in verdict_markdown(record)
