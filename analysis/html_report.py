@@ -118,12 +118,13 @@ def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_d
     ]
     entries = lr_sweep.ranked(report.get("lr_sweep", []))
     if entries:
-        parts.append("<h2>Learning-rate sensitivity</h2><table><tr><th>variant</th>"
+        parts.append("<h2>Learning-rate sensitivity</h2><table><tr><th>rank</th><th>variant</th>"
                      "<th>best lr</th><th>final val loss</th><th>LR sensitivity</th>"
                      "<th>edge</th></tr>")  # fmt: skip
         for e in entries:
             parts.append(
-                f"<tr><td>{esc(e['label'])}</td><td>{e['best_lr']:g}</td>"
+                f"<tr><td>{lr_sweep.rank_text(e)}</td><td>{esc(e['label'])}</td>"
+                f"<td>{e['best_lr']:g}</td>"
                 f"<td>{e['best_val_loss']:.4f}</td><td>{esc(lr_sweep.sensitivity_text(e))}</td>"
                 f"<td>{'yes' if e['edge'] else 'no'}</td></tr>"
             )

@@ -20,11 +20,13 @@ the least sensitive.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from analysis import stats
 from analysis.runs import Run, finite
 from analysis.variants import Variant, label, md_cell, sort_key
 
@@ -99,9 +101,28 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
 
 
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Entries with a curve, best loss first; variants that did not train after the rest."""
+    """Entries with a curve, best loss first, each with its ``rank`` in tie groups: variants
+    whose 95% intervals (t over the seeds at their best lr) overlap the group leader's share its
+    rank (analysis/stats.tie_ranks). Variants that did not train come after the rest, unranked."""
     drawn = [e for e in entries if e["lrs"]]
-    return sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
+    out = sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
+    trained = [e for e in out if not e.get("did_not_train")]
+    spans = [stats.interval_from(*best_point(e)) for e in trained]
+    for e, rank in zip(trained, stats.tie_ranks(spans), strict=True):
+        e["rank"] = rank
+    for e in out[len(trained) :]:
+        e["rank"] = None
+    return out
+
+
+def best_point(entry: dict[str, Any]) -> tuple[float, float | None, int]:
+    """(mean, sd, seeds) of the variant's loss at its best lr."""
+    p = next(p for p in entry["points"] if p["lr"] == entry["best_lr"])
+    return p["loss"], p["std"], p["n"]
+
+
+def rank_text(entry: dict[str, Any]) -> str:
+    return "–" if entry.get("rank") is None else str(entry["rank"])
 
 
 def sensitivity_text(entry: dict[str, Any]) -> str:
@@ -138,17 +159,23 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "a diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest "
         "or largest swept, so the grid may not hold the variant's best. `did not train`: every "
         "run at the variant's best lr ended on the unigram (or chance) plateau, so its flat "
-        "curve measures nothing learned; such variants are ranked last.",
+        "curve measures nothing learned; such variants are listed last, unranked. `rank`: tie "
+        "groups, variants whose 95% intervals over seeds at their best lr overlap the group "
+        "leader's share its rank. LR sensitivity compares variants only over one common grid.",
         "",
-        "| variant | lrs | best lr | final val loss at best lr | LR sensitivity | l0 | edge |",
-        "|---|---|---|---|---|---|---|",
+        "| rank | variant | lrs | best lr | final val loss at best lr (95% interval) | "
+        "LR sensitivity | l0 | edge |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in ranked(entries):
         lrs = ", ".join(f"{x:g}" for x in e["lrs"])
         l0 = "–" if e["l0"] is None else f"{e['l0']:.3f}"
+        lo, hi = stats.interval_from(*best_point(e))
+        span = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(hi - lo) else ""
         out.append(
-            f"| {md_cell(e['label'])} | {lrs} | {e['best_lr']:g} | {e['best_val_loss']:.4f} | "
-            f"{sensitivity_text(e)} | {l0} | {'yes' if e['edge'] else 'no'} |"
+            f"| {rank_text(e)} | {md_cell(e['label'])} | {lrs} | {e['best_lr']:g} | "
+            f"{e['best_val_loss']:.4f}{span} | {sensitivity_text(e)} | {l0} | "
+            f"{'yes' if e['edge'] else 'no'} |"
         )
     return [*out, ""]
 

@@ -76,6 +76,30 @@ def mean_interval(xs: Sequence[float]) -> Interval:
     return Interval(m, m - half, m + half, (len(xs),), (sd(xs),), "t over seeds")
 
 
+def interval_from(mean: float, sd: float | None, n: int) -> tuple[float, float]:
+    """The t interval of a mean from its summary (sample sd over n seeds); unbounded for one
+    seed or an unknown sd, a point for an infinite mean."""
+    if not math.isfinite(mean):
+        return mean, mean
+    if n < 2 or sd is None or not math.isfinite(sd):
+        return -math.inf, math.inf
+    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def tie_ranks(intervals: Sequence[tuple[float, float]]) -> list[int]:
+    """Ranks for entries sorted best (lowest) first, as tie groups: an entry whose interval
+    overlaps its group's leader's shares the leader's rank; the first that does not starts the
+    next group at its own position (1, 1, 3, ...)."""
+    ranks: list[int] = []
+    leader = None
+    for i, (lo, _) in enumerate(intervals):
+        if leader is None or lo > intervals[leader][1]:
+            leader = i
+        ranks.append(leader + 1)
+    return ranks
+
+
 def welch_df(va: float, na: int, vb: float, nb: int) -> float:
     a, b = va / na, vb / nb
     if a + b == 0:

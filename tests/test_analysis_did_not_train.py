@@ -5,6 +5,7 @@ and wandb table show it, never as the least sensitive variant."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,9 @@ def test_a_stalled_arm_is_marked_everywhere_the_report_shows_it(tmp_path, with_f
     assert post["did_not_train"] is True and pre["did_not_train"] is False
     assert post["lr_sensitivity"] < pre["lr_sensitivity"]  # flat: it learned nothing anywhere
     md = (out / "report.md").read_text()
-    lr_rows = [line for line in md.splitlines() if line.startswith("| placement=")]
-    assert lr_rows[0].startswith("| placement=pre ") and "| did not train |" in lr_rows[-1]
+    lr_rows = [line for line in md.splitlines() if re.match(r"\| (\d+|–) \| placement=", line)]
+    assert lr_rows[0].startswith("| 1 | placement=pre ") and "| did not train |" in lr_rows[-1]
+    assert lr_rows[-1].startswith("| – | placement=post ")  # unranked, after the rest
     stalled = [r for r in report["variants"] if r["params"]["placement"] == "post"]
     assert all(len(r["did_not_train"]) == 2 for r in stalled)
     assert "2 DID NOT TRAIN" in md and "completed" not in md.split("2 DID NOT TRAIN")[0][-25:]
