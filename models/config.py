@@ -20,6 +20,9 @@ from models.init import check_init
 from models.norms import build_norm, check_causal_norm
 from models.placement import get_placement
 
+GATE_SHARING = ("layer", "sublayer")
+QK_NORM_WIDTHS = ("head", "full")
+
 
 @dataclass(kw_only=True)
 class PlacementConfig:
@@ -29,6 +32,15 @@ class PlacementConfig:
     alpha: float | None = None  # deepnorm: the residual scale; None: from the depth formula
     beta: float | None = None  # deepnorm: the branch init gain; None: from the depth formula
     mix_fraction: float = 0.25  # mix: share of leading Post-LN layers (Li et al. 2024)
+    # rezero: "layer", one gate a per layer for both sub-layers (the paper's "single additional
+    # parameter per layer" and its official code's one resweight); "sublayer", one each.
+    gates: str = "layer"
+
+    def __post_init__(self) -> None:
+        if self.gates not in GATE_SHARING:
+            raise ValueError(
+                f"placement.gates={self.gates!r}: choose one of {', '.join(GATE_SHARING)}"
+            )
 
 
 @dataclass(kw_only=True)
@@ -79,6 +91,9 @@ class BlockConfig:
     init: str = "xavier"
     mlp_ratio: int = 4
     qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
+    # what qk_norm normalizes over: "head", each head's q and k (Wortsman et al. 2023); "full",
+    # q and k over the whole width before the head split (OLMo 2, Groeneveld/OLMo Team 2024)
+    qk_norm_width: str = "head"
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
 
@@ -104,6 +119,11 @@ class BlockConfig:
     def __post_init__(self) -> None:
         self.placement = group_config(PlacementConfig, self.placement)
         self.norm = group_config(NormConfig, self.norm)
+        if self.qk_norm_width not in QK_NORM_WIDTHS:
+            raise ValueError(
+                f"model.qk_norm_width={self.qk_norm_width!r}: choose one of "
+                f"{', '.join(QK_NORM_WIDTHS)}"
+            )
         for name in (*self.positive_fields, "n_layer", "n_head", "n_embd", "mlp_ratio"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:

@@ -21,7 +21,8 @@ class Attention(nn.Module):
 
     Goes through F.scaled_dot_product_attention so a GPU uses the flash / memory-efficient kernels.
     With `qk_norm` (a norm factory; Wortsman et al. 2023) each head's queries and keys are
-    normalized over the head dimension before the dot product, with `v_norm` its values too
+    normalized over the head dimension before the dot product (with `qk_full_width`, q and k over
+    the whole width before the head split, as OLMo 2 does), with `v_norm` its values too
     (HybridNorm's QKV-norm); q_norm, k_norm and v_norm are identities otherwise. The logits are
     q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size).
     """
@@ -36,6 +37,7 @@ class Attention(nn.Module):
         qk_norm: NormFactory | None = None,
         v_norm: NormFactory | None = None,
         softmax_scale: float | None = None,
+        qk_full_width: bool = False,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -51,8 +53,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
         head_size = n_embd // n_head
-        self.q_norm = qk_norm(head_size) if qk_norm else nn.Identity()
-        self.k_norm = qk_norm(head_size) if qk_norm else nn.Identity()
+        self.qk_full_width = qk_full_width  # q and k normalized before the head split (OLMo 2)
+        qk_size = n_embd if qk_full_width else head_size
+        self.q_norm = qk_norm(qk_size) if qk_norm else nn.Identity()
+        self.k_norm = qk_norm(qk_size) if qk_norm else nn.Identity()
         self.v_norm = v_norm(head_size) if v_norm else nn.Identity()
         self.softmax_scale = softmax_scale  # None: sdpa's own 1 / sqrt(head_size)
         self.scale = head_size**-0.5 if softmax_scale is None else softmax_scale
@@ -74,8 +78,10 @@ class Attention(nn.Module):
         weight = torch.cat([m.weight for m in p])  # (3C, C)
         bias = torch.cat([m.bias for m in p]) if self.q_proj.bias is not None else None
         q, k, v = F.linear(x, weight, bias).split(C, dim=-1)  # (B, T, C) each
-        q = self.q_norm(self.split_heads(q))  # (B, nh, T, hs)
-        k = self.k_norm(self.split_heads(k))
+        if self.qk_full_width:  # over C, then into heads
+            q, k = self.split_heads(self.q_norm(q)), self.split_heads(self.k_norm(k))
+        else:  # each head over its hs
+            q, k = self.q_norm(self.split_heads(q)), self.k_norm(self.split_heads(k))  # (B,nh,T,hs)
         return q, k, self.v_norm(self.split_heads(v))
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +216,8 @@ class Block(nn.Module):
     Pre-LN   (Pre = LN):                       y = x + F(LN(x))
     DeepNorm (as Post-LN, alpha = (2N)^(1/4)): y = LN(alpha * x + F(x))
     Sandwich (Pre = BranchOut = LN):           y = x + LN(F(LN(x)))
-    ReZero   (BranchOut = gate a, init 0):     y = x + a * F(x)
+    ReZero   (BranchOut = gate a, init 0):     y = x + a * F(x), one a per layer (both
+                                               sub-layers; placement.gates=sublayer: one each)
     B2T      (as Post-LN, s = 1):              h = LN(x0 + Attn(x0)); y = LN(x0 + h + MLP(h))
     Admin    (as Post-LN, skip weight omega):  y = LN(omega * x + F(x))
     LNS      (Pre-LN, norms scaled 1/sqrt(l)): y = x + F(LN(x) / sqrt(l))
@@ -261,6 +268,7 @@ class Block(nn.Module):
             bias=cfg.bias,
             qk_norm=make_qk_norm if cfg.qk_norm or placement.qkv_norm else None,
             v_norm=make_qk_norm if placement.qkv_norm else None,
+            qk_full_width=cfg.qk_norm and cfg.qk_norm_width == "full",
         )
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)
@@ -270,6 +278,10 @@ class Block(nn.Module):
         self.mlp_pre, self.mlp_branch_out, self.mlp_post = (
             SLOTS[kind](make_norm, d) for kind in placement.mlp_slots
         )
+        if cfg.placement.gates == "layer" and all(
+            isinstance(m, Gate) for m in (self.attn_branch_out, self.mlp_branch_out)
+        ):  # ReZero: one gate a for both sub-layers of the layer
+            self.mlp_branch_out = self.attn_branch_out
         self.attn_residual = RESIDUALS[placement.residual](alpha, d)
         self.mlp_residual = RESIDUALS[placement.residual](alpha, d)
 

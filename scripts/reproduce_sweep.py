@@ -55,8 +55,12 @@ def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
 def launch_overrides(cfg, overrides: list[str]) -> list[list[str]]:
     """The overrides of each launch into the sweep dir: the experiment's grid, then each entry of
     its ``reproduce.widen`` (more learning rates for the variants whose best sat at an edge of
-    the grid, e.g. ``[placement=pre, optim.lr=3e-2]``), each with the command line's."""
-    return [overrides, *([*overrides, *extra] for extra in settings_of(cfg).get("widen", []))]
+    the grid, e.g. ``[placement=pre, optim.lr=3e-2]``), then each of its ``reproduce.arms``
+    (a variant the grid's cross product cannot name, on the grid's other keys), each with the
+    command line's."""
+    settings = settings_of(cfg)
+    extra = [*settings.get("widen", []), *settings.get("arms", [])]
+    return [overrides, *([*overrides, *more] for more in extra)]
 
 
 def settings_of(cfg) -> dict[str, Any]:

@@ -376,7 +376,8 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
         float(x)
         for x in reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, grid))["optim.lr"]
     }
-    for overrides in more:  # every extra launch runs rates outside the grid, one seed here
+    widen = reproduce_sweep.settings_of(cfg)["widen"]
+    for overrides in more[: len(widen)]:  # each widening runs rates outside the grid, one seed
         jobs = reproduce_sweep.sweep_jobs(cfg, overrides)
         lrs = {float(x) for x in reproduce_sweep.swept_values(jobs)["optim.lr"]}
         assert jobs and not lrs & base and reproduce_sweep.swept_values(jobs)["seed"] == ["0"]
@@ -384,4 +385,16 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
         every = sorted(base | lrs)  # and the grid continues in its own steps (3x-3.3x)
         assert all(2.99 <= b / a <= 3.4 for a, b in zip(every, every[1:], strict=False))
     gpu = reproduce_sweep.compose(f"{experiment}_gpu", [])
-    assert reproduce_sweep.launch_overrides(gpu, []) == [[]]
+    arms = reproduce_sweep.settings_of(gpu).get("arms", [])
+    assert reproduce_sweep.launch_overrides(gpu, []) == [[], *arms]
+
+
+def test_the_league_runs_olmo2s_block_as_an_arm_on_the_grids_rates_and_seeds() -> None:
+    cfg = reproduce_sweep.compose("placements_depth", [])
+    grid, _, arm = reproduce_sweep.launch_overrides(cfg, [])
+    jobs = reproduce_sweep.sweep_jobs(cfg, arm)
+    swept = reproduce_sweep.swept_values(jobs)
+    assert len(jobs) == 4 * 2 and [float(x) for x in swept["optim.lr"]] == [3e-4, 1e-3, 3e-3, 1e-2]
+    for key, value in [("placement", "reorder"), ("norm", "rmsnorm"),
+                       ("model.qk_norm_width", "full")]:  # fmt: skip
+        assert all(f"{key}={value}" in job for job in jobs)
