@@ -83,6 +83,8 @@ def block_params(d: int, n_head: int, ratio: int, norm: str, placement: str) -> 
         return linears + 3 * d + ratio * d
     per_slot = {"none": 0, "norm": norm_params(norm, d), "gate": 1}
     slots = sum(per_slot[kind] for kind in (*p.attn_slots, *p.mlp_slots))
+    if p.attn_slots[1] == p.mlp_slots[1] == "gate":
+        slots -= 1  # ReZero: one gate for the layer's two sub-layers (placement.gates=layer)
     omegas = 2 * d if p.residual == "omega" else 0
     qkv = 3 * norm_params(NORMS[norm].qk, d // n_head) if p.qkv_norm else 0
     return linears + slots + omegas + qkv
