@@ -9,7 +9,9 @@ learning rates up to one where the unnormed runs diverge. F12 (Wortsman et al. 2
 logged step to the last and |log Z| at the last, with and without z-loss.
 
 Every measure is the mean over a variant's finished runs (a diverged run counts with what it
-logged before it stopped). Thresholds, fixed before the sweeps ran:
+logged before it stopped). Thresholds (GROWS, FLOOR and SMALL were fixed before the sweeps ran;
+DRIFT's rule was changed after F12's first run gave FAIL, as docs/findings/f12/README.md says with
+the verdict it gave before):
     GROWS = 2.0     "grows" / "far above": a factor of 2 (the residual stream of a 12-layer Pre-LN
                     model at init already spans ~4x from the first to the last layer)
     FLOOR = 0.1     "collapses": the minimum entropy falls below 0.1 nats, near 0 as Zhai et al.
