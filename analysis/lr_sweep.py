@@ -101,18 +101,20 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
 
 
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Entries with a curve, best loss first, each with its ``rank`` in tie groups: variants
-    whose 95% intervals (t over the seeds at their best lr) overlap the group leader's share its
-    rank (analysis/stats.tie_ranks). Variants that did not train come after the rest, unranked."""
+    """Entries with a curve, best loss first; variants that did not train after the rest."""
     drawn = [e for e in entries if e["lrs"]]
-    out = sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
-    trained = [e for e in out if not e.get("did_not_train")]
+    return sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
+
+
+def assign_ranks(entries: list[dict[str, Any]]) -> None:
+    """Each entry's ``rank`` in tie groups: variants whose 95% intervals (t over the seeds at
+    their best lr) overlap the group leader's share its rank (analysis/stats.tie_ranks);
+    variants that did not train, or have no curve, get none."""
+    trained = [e for e in ranked(entries) if not e.get("did_not_train")]
     spans = [stats.interval_from(*best_point(e)) for e in trained]
-    for e, rank in zip(trained, stats.tie_ranks(spans), strict=True):
-        e["rank"] = rank
-    for e in out[len(trained) :]:
-        e["rank"] = None
-    return out
+    ranks = dict(zip(map(id, trained), stats.tie_ranks(spans), strict=True))
+    for e in entries:
+        e["rank"] = ranks.get(id(e))
 
 
 def best_point(entry: dict[str, Any]) -> tuple[float, float | None, int]:
@@ -144,6 +146,7 @@ def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]
         variant = dict(zip(others, key, strict=True))
         entry = {"variant": variant, "label": label(variant, others), **lr_curve(members)}
         out.append(entry)
+    assign_ranks(out)
     return out
 
 

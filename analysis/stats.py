@@ -69,11 +69,10 @@ def mean_interval(xs: Sequence[float]) -> Interval:
     if any(math.isinf(x) for x in xs):  # a diverged seed: the arm is as bad as it
         m = math.inf if math.inf in xs else -math.inf
         return Interval(m, m, m, n, s, "a diverged seed decides")
-    m = statistics.fmean(xs)
     if len(xs) < 2:
         raise ValueError("an interval needs >= 2 seeds")
-    half = t_quantile(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return Interval(m, m - half, m + half, (len(xs),), (sd(xs),), "t over seeds")
+    m = statistics.fmean(xs)
+    return Interval(m, *interval_from(m, s[0], len(xs)), n, s, "t over seeds")
 
 
 def interval_from(mean: float, sd: float | None, n: int) -> tuple[float, float]:

@@ -106,6 +106,7 @@ def test_the_lr_table_ranks_in_tie_groups() -> None:
 
     # half-widths t(0.975, 4) * sd / sqrt(5) = 1.242 sd: a ±0.062, b ±0.050, c ±0.012
     entries = [entry("c", 2.60, 0.01), entry("b", 2.45, 0.04), entry("a", 2.40, 0.05)]
+    lr_sweep.assign_ranks(entries)
     assert [(e["label"], e["rank"]) for e in lr_sweep.ranked(entries)] == [
         ("a", 1), ("b", 1), ("c", 3)
     ]  # fmt: skip

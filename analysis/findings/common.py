@@ -75,7 +75,7 @@ class NoData(Exception):
 def untestable(verdict: Verdict, reason: str, **measured: Any) -> Verdict:
     """NOT TESTABLE: the runs show this size cannot produce what the claim is about; ``reason``
     says what was measured and what size would test it."""
-    verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
+    measure(verdict, **measured)
     verdict.status, verdict.note = "NOT TESTABLE", f"{UNTESTABLE}: {reason}"
     return verdict
 
@@ -212,10 +212,16 @@ def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
     return out
 
 
-def mean_score(row: dict, min_seeds: int = MIN_SEEDS) -> float:
+def enough_scores(row: dict, min_seeds: int = MIN_SEEDS) -> list[float]:
+    """scores(row), or NO DATA under ``min_seeds`` finished runs."""
     values = scores(row)
     if len(values) < min_seeds:
         raise too_few(row, len(values))
+    return values
+
+
+def mean_score(row: dict, min_seeds: int = MIN_SEEDS) -> float:
+    values = enough_scores(row, min_seeds)
     return math.inf if math.inf in values else statistics.fmean(values)
 
 
@@ -231,8 +237,13 @@ def rnd(x: float | None, digits: int = 4) -> float | str | None:
     return "inf (diverged)" if math.isinf(x) else round(x, digits)
 
 
-def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
+def measure(verdict: Verdict, **measured: Any) -> None:
+    """Record measured values in the verdict, floats rounded (rnd)."""
     verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
+
+
+def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
+    measure(verdict, **measured)
     verdict.status = "PASS" if passed else "FAIL"
     return verdict
 
@@ -281,7 +292,7 @@ def decide_interval(
     v: Verdict, name: str, ci: stats.Interval, margin: float, side: str, **measured: Any
 ) -> Verdict:
     """Decide a claim of one effect on its interval (see decide_all)."""
-    v.measured.update({k: rnd(x) if isinstance(x, float) else x for k, x in measured.items()})
+    measure(v, **measured)
     v.threshold = v.threshold or f"{name} {SIDE_TEXT[side].format(m=margin)} (95% interval)"
     return decide_all(v, {name: (ci, margin, side)})
 
@@ -289,11 +300,7 @@ def decide_interval(
 def diff(a: dict, b: dict) -> stats.Interval:
     """Welch's interval of mean(best val loss of a) - mean(... of b) over their seeds (a
     diverged seed scores +inf); NO DATA under MIN_SEEDS finished runs in either."""
-    xa, xb = scores(a), scores(b)
-    for row, xs in ((a, xa), (b, xb)):
-        if len(xs) < MIN_SEEDS:
-            raise too_few(row, len(xs))
-    return stats.diff_interval(xa, xb)
+    return stats.diff_interval(enough_scores(a), enough_scores(b))
 
 
 Check = Callable[[dict, dict, Verdict], Verdict]

@@ -32,7 +32,7 @@ from analysis.findings.common import (
     diff,
     finished,
     mean_score,
-    rnd,
+    measure,
     scores,
     too_few,
     values,
@@ -104,7 +104,7 @@ def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
         measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = map(mean_score, rows)
         parts[f"{p} deepest - shallowest"] = (diff(rows[1], rows[0]), DEEP_OK, "below")
     v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each (95% interval)"
-    v.measured.update({k: rnd(x) if isinstance(x, float) else x for k, x in measured.items()})
+    measure(v, **measured)
     return decide_all(v, parts)
 
 

@@ -16,7 +16,7 @@ from analysis.findings.common import (
     diff,
     finished,
     mean_score,
-    rnd,
+    measure,
     too_few,
     values,
     variant,
@@ -33,7 +33,7 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
         ln_row = variant(report, placement=p, norm="layernorm")
         rms_row = variant(report, placement=p, norm="rmsnorm")
         ln, rms = mean_score(ln_row), mean_score(rms_row)
-        measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = rnd(ln), rnd(rms)
+        measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = ln, rms
         parts[f"{p} rmsnorm - layernorm"] = (diff(rms_row, ln_row), CLOSE, "within")
         tput = [
             variant(report, placement=p, norm=n)["throughput"] for n in ("rmsnorm", "layernorm")
@@ -41,7 +41,7 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
         if all(tput):
             measured[f"{p}_throughput_ratio"] = round(tput[0]["mean"] / tput[1]["mean"], 3)
     v.threshold = f"rmsnorm - layernorm within ±{CLOSE} for each placement (95% interval)"
-    v.measured.update(measured)
+    measure(v, **measured)
     return decide_all(v, parts)
 
 

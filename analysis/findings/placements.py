@@ -29,7 +29,7 @@ from analysis.findings.common import (
     diff,
     finished,
     mean_score,
-    rnd,
+    measure,
     too_few,
     values,
     variant,
@@ -123,11 +123,11 @@ def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
         for depth in depths:
             rows = [variant(report, placement=p, n_layer=depth) for p in (candidate, reference)]
             a, b = map(mean_score, rows)
-            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = rnd(a), rnd(b)
+            measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = a, b
             parts[f"L{depth} {candidate} - {reference}"] = (diff(*rows), CLOSE, "below")
         where = "at every depth" if every_depth else "at the deepest depth"
         v.threshold = f"{candidate} - {reference} <= {CLOSE}, {where} (95% interval)"
-        v.measured.update(measured)
+        measure(v, **measured)
         return decide_all(v, parts)
 
     return check
