@@ -36,6 +36,7 @@ from typing import Any
 from rich.table import Table
 
 from analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate
+from analysis.findings.common import confirm_at
 from analysis.report import compare, table_cells, xy_figure
 from analysis.runs import FINISHED
 from analysis.wandb_report import log_report
@@ -52,6 +53,7 @@ from scripts.reproduce_sweep import (
     run_sweep,
     settings_of,
     sweep_jobs,
+    swept_values,
 )
 from scripts.reproduce_verdicts import (
     cpu_seconds,
@@ -197,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         code, timing = 0, earlier  # the sweep's time and the command(s) that ran it
     else:
         code, timing = launch(sweep), None
+    if confirming := confirm_launches(sweep, args.overrides, code):
+        sweep.launches += confirming
+        jobs, dirs = sweep.jobs, sweep.dirs
+        if not all_finished(out, dirs):
+            n = sum(len(j) for _, j in confirming)
+            console.print(f"  confirming each variant's best lr on fresh seeds: {n} runs")
+            code = max(code, launch(sweep))
+            finished_before = False  # this command trained: its time joins the record
     ended = [s for s, _ in run_states(out, dirs).values() if s not in ("running", "unfinished")]
     if code != 0 and len(ended) < len(jobs):
         console.print(
@@ -208,6 +218,25 @@ def main(argv: list[str] | None = None) -> int:
         timing = extended(earlier, clock.wall(), clock.cpu(), sweep.command)
         sweep.command = timing["command"]  # the earlier launches' commands, then this one
     return judge(sweep, args, code, clock, timing)
+
+
+def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tuple]:
+    """Select, then confirm (``reproduce.confirm``): once every grid run has finished, one launch
+    per variant at its best lr chosen on the grid's seeds, over the fresh ``seeds``; none while
+    the grid is unfinished or when the experiment confirms nothing."""
+    confirm = settings_of(sweep.cfg).get("confirm")
+    if not confirm or code != 0 or not all_finished(sweep.out, sweep.dirs):
+        return []
+    grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
+    seeds = "seed=" + ",".join(map(str, confirm["seeds"]))
+    out = []
+    report = compare(sweep.out, plots=False)
+    for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"]):
+        lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
+        fixed = [f"{key}={chosen[param]}" for param, key in confirm["by"].items()]
+        these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
+        out.append((these, sweep_jobs(sweep.cfg, these)))
+    return out
 
 
 def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timing) -> int:

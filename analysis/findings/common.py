@@ -19,6 +19,12 @@ whose mean best val loss is lowest, and the verdict records that lr (``best_lr``
 when it is the smallest or largest swept (the variant's best may lie outside the grid). A claim
 about one fixed rate passes ``lr=`` itself.
 
+Select, then confirm: an experiment with ``reproduce.confirm`` (``seeds``: fresh seeds, ``by``:
+the variant params each confirmation fixes) chooses each variant's best rate on the grid's seeds
+only, then compares the variants on the confirming seeds run at that rate (scripts/reproduce.py
+launches them once the grid has finished), so the rate is never chosen on the same noise that
+decides the claim. ``evaluate`` puts the confirming seeds in report["confirm_seeds"].
+
 Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
 run (a config error, a crash, a refused resume) says nothing about its variant and is left out,
 never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
@@ -131,14 +137,8 @@ def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
 def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     """The row (one per lr) with the lowest mean best val loss over its finished seeds, a
     diverged seed counting as +inf; noted in report["chosen_lrs"] for the verdict."""
-    scored = []
-    for row in rows:
-        found = scores(row)
-        if len(found) >= MIN_SEEDS:
-            scored.append((math.inf if math.inf in found else statistics.fmean(found), row))
-    if not scored:
-        raise too_few(rows[0], 0, "learning rates with enough finished runs")
-    best = min(scored, key=lambda x: (x[0], x[1]["params"]["lr"]))[1]
+    confirm = set(report.get("confirm_seeds") or ())
+    best = best_row([seed_subset(r, confirm, False) for r in rows])
     lrs = sorted(r["params"]["lr"] for r in rows)
     chosen = {
         "variant": "-".join(short(k, v) for k, v in params.items()) or "all",
@@ -147,7 +147,51 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
         "edge": best["params"]["lr"] in (lrs[0], lrs[-1]),
     }
     report.setdefault("chosen_lrs", {})[chosen["variant"]] = chosen
-    return best
+    if not confirm:
+        return best
+    row = next(r for r in rows if r["params"]["lr"] == best["params"]["lr"])
+    fresh = seed_subset(row, confirm, True)
+    chosen["confirm_seeds"] = len(finished(fresh))
+    if chosen["confirm_seeds"] < MIN_SEEDS:
+        raise NoData(
+            f"{row['label']}: {chosen['confirm_seeds']} confirming runs at its best lr "
+            f"{best['params']['lr']:g}; run the reproduce command again to launch them"
+        )
+    return fresh
+
+
+def best_row(rows: list[dict]) -> dict:
+    """The row (one per lr) with the lowest mean best val loss over enough finished seeds."""
+    scored = []
+    for row in rows:
+        found = scores(row)
+        if len(found) >= MIN_SEEDS:
+            scored.append((math.inf if math.inf in found else statistics.fmean(found), row))
+    if not scored:
+        raise too_few(rows[0], 0, "learning rates with enough finished runs")
+    return min(scored, key=lambda x: (x[0], x[1]["params"]["lr"]))[1]
+
+
+def seed_subset(row: dict, seeds: set, inside: bool) -> dict:
+    """The row with only the runs whose seed is (``inside``) or is not in ``seeds``."""
+    return {**row, "runs": [r for r in row["runs"] if (r.get("seed") in seeds) == inside]}
+
+
+def confirm_at(report: dict, by: list[str], seeds: list) -> list[dict[str, Any]]:
+    """Each variant's params (the ``by`` keys) with its best lr chosen on the grid's seeds
+    (those not in ``seeds``): what the confirming runs fix."""
+    groups = {tuple(r["params"].get(k) for k in by) for r in report.get("variants", [])}
+    out = []
+    for key in sorted(groups, key=str):
+        params = dict(zip(by, key, strict=True))
+        rows = [
+            seed_subset(r, set(seeds), False)
+            for r in report["variants"]
+            if all(close(r["params"].get(k), v) for k, v in params.items())
+        ]
+        if len({r["params"].get("lr") for r in rows}) == len(rows) > 1:
+            out.append({**params, "lr": best_row(rows)["params"]["lr"]})
+    return out
 
 
 def short(key: str, value: Any) -> str:
@@ -179,6 +223,11 @@ def note_lrs(verdict: Verdict, chosen: dict[str, dict], fixed: dict | None = Non
     if not chosen:
         return verdict
     verdict.measured["best_lr"] = {k: c["best_lr"] for k, c in chosen.items()}
+    confirmed = {k: c["confirm_seeds"] for k, c in chosen.items() if "confirm_seeds" in c}
+    if confirmed:
+        verdict.measured["confirm_seeds"] = confirmed
+        said = "best lr chosen on the grid's seeds, compared on fresh seeds at that lr"
+        verdict.note = "; ".join(x for x in (verdict.note, said) if x)
     edges = [
         f"{k} ({c['best_lr']:g} of {min(c['lrs']):g}..{max(c['lrs']):g})"
         for k, c in chosen.items()

@@ -407,6 +407,7 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
         v = Verdict(claim.id, claim.statement, claim.source)
         report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
         report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
+        report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])
         try:
             v = note_lrs(
                 claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
@@ -416,4 +417,5 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
         out.append(v)
     report.pop("chosen_lrs", None)
     report.pop("fixed_lrs", None)
+    report.pop("confirm_seeds", None)
     return out
