@@ -22,6 +22,9 @@ from models.placement import get_placement
 
 GATE_SHARING = ("layer", "sublayer")
 QK_NORM_WIDTHS = ("head", "full")
+# Where a model's positions come from: "learned", a position table added to the embeddings;
+# "rope", rotary positions in every attention (Su et al. 2021), no table (GPT only).
+POSITIONS = ("learned", "rope")
 
 
 @dataclass(kw_only=True)
@@ -94,6 +97,7 @@ class BlockConfig:
     # what qk_norm normalizes over: "head", each head's q and k (Wortsman et al. 2023); "full",
     # q and k over the whole width before the head split (OLMo 2, Groeneveld/OLMo Team 2024)
     qk_norm_width: str = "head"
+    pos: str = "learned"  # POSITIONS
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
 
@@ -119,6 +123,13 @@ class BlockConfig:
     def __post_init__(self) -> None:
         self.placement = group_config(PlacementConfig, self.placement)
         self.norm = group_config(NormConfig, self.norm)
+        if self.pos not in POSITIONS:
+            raise ValueError(f"model.pos={self.pos!r}: choose one of {', '.join(POSITIONS)}")
+        if self.pos == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError(
+                f"model.pos=rope rotates pairs of a head's features: n_embd / n_head = "
+                f"{self.n_embd // self.n_head} is odd; pick an even head size"
+            )
         if self.qk_norm_width not in QK_NORM_WIDTHS:
             raise ValueError(
                 f"model.qk_norm_width={self.qk_norm_width!r}: choose one of "

@@ -24,7 +24,8 @@ class GPTConfig(BlockConfig):
 
 
 class GPT(Stack):
-    """Token + position embeddings -> n_layer Blocks -> (final norm) -> LM head."""
+    """Token (+ position) embeddings -> n_layer Blocks -> (final norm) -> LM head; with
+    ``pos=rope`` the positions rotate q and k inside each attention instead."""
 
     kind = "decoder"
 
@@ -32,7 +33,8 @@ class GPT(Stack):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        # rope: positions rotate q and k in every attention, no table
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.build_stack(cfg, n_out=cfg.vocab_size)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -57,11 +59,12 @@ class GPT(Stack):
         """Training FLOPs per token: 6N + 12 L T d (PaLM, Chowdhery et al. 2022, appendix B);
         N leaves out the position table, a lookup, and counts a tied head once."""
         c = self.cfg
-        n = self.num_params() - self.pos_emb.weight.numel()
+        n = self.num_params() - (self.pos_emb.weight.numel() if self.pos_emb is not None else 0)
         return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
 
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
-        pairs = [(self.tok_emb.weight, 1), (self.pos_emb.weight, 1)]
+        pairs = [(self.tok_emb.weight, 1)]
+        pairs += [(self.pos_emb.weight, 1)] if self.pos_emb is not None else []
         return pairs if self.cfg.tie_weights else [*pairs, (self.lm_head.weight, 1)]
 
     def forward(
@@ -70,8 +73,10 @@ class GPT(Stack):
         B, T = idx.shape
         if self.cfg.block_size < T:
             raise ValueError(f"sequence length {T} exceeds block_size={self.cfg.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, C)
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)

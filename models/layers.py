@@ -14,6 +14,19 @@ from models.norms import get_norm
 from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
+ROPE_BASE = 10000.0
+
+
+def rotate(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
+    """Rotary positions (RoFormer, Su et al. 2021) on (B, nh, T, hs): each pair of features
+    (x_2i, x_2i+1) at position m turned by the angle m * base^(-2i/hs), so q.k depends on the
+    positions only through their difference."""
+    T, hs = x.shape[-2], x.shape[-1]
+    freq = base ** (-torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)
+    angle = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * freq  # (T, hs/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
 class Attention(nn.Module):
@@ -22,7 +35,9 @@ class Attention(nn.Module):
     Goes through F.scaled_dot_product_attention so a GPU uses the flash / memory-efficient kernels.
     With `qk_norm` (a norm factory; Wortsman et al. 2023) each head's queries and keys are
     normalized over the head dimension before the dot product (with `qk_full_width`, q and k over
-    the whole width before the head split, as OLMo 2 does), with `v_norm` its values too
+    the whole width before the head split, as OLMo 2 does), with `v_norm` its values too. With
+    `rope`, each head's q and k are rotated (``rotate``): after a full-width norm, before a
+    per-head one (a unit norm, nGPT's, commutes with the rotation; its per-feature scale does not)
     (HybridNorm's QKV-norm); q_norm, k_norm and v_norm are identities otherwise. The logits are
     q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size).
     """
@@ -38,6 +53,7 @@ class Attention(nn.Module):
         v_norm: NormFactory | None = None,
         softmax_scale: float | None = None,
         qk_full_width: bool = False,
+        rope: bool = False,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -54,6 +70,7 @@ class Attention(nn.Module):
         self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)
         head_size = n_embd // n_head
         self.qk_full_width = qk_full_width  # q and k normalized before the head split (OLMo 2)
+        self.rope = rope  # rotary positions on each head's q and k
         qk_size = n_embd if qk_full_width else head_size
         self.q_norm = qk_norm(qk_size) if qk_norm else nn.Identity()
         self.k_norm = qk_norm(qk_size) if qk_norm else nn.Identity()
@@ -78,10 +95,15 @@ class Attention(nn.Module):
         weight = torch.cat([m.weight for m in p])  # (3C, C)
         bias = torch.cat([m.bias for m in p]) if self.q_proj.bias is not None else None
         q, k, v = F.linear(x, weight, bias).split(C, dim=-1)  # (B, T, C) each
-        if self.qk_full_width:  # over C, then into heads
+        if self.qk_full_width:  # over C, then into heads (and rotated: OLMo 2's order)
             q, k = self.split_heads(self.q_norm(q)), self.split_heads(self.k_norm(k))
-        else:  # each head over its hs
-            q, k = self.q_norm(self.split_heads(q)), self.k_norm(self.split_heads(k))  # (B,nh,T,hs)
+            if self.rope:
+                q, k = rotate(q), rotate(k)
+        else:  # into heads (rotated first: nGPT's order), then each head over its hs
+            q, k = self.split_heads(q), self.split_heads(k)  # (B, nh, T, hs)
+            if self.rope:
+                q, k = rotate(q), rotate(k)
+            q, k = self.q_norm(q), self.k_norm(k)
         return q, k, self.v_norm(self.split_heads(v))
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,6 +291,7 @@ class Block(nn.Module):
             qk_norm=make_qk_norm if cfg.qk_norm or placement.qkv_norm else None,
             v_norm=make_qk_norm if placement.qkv_norm else None,
             qk_full_width=cfg.qk_norm and cfg.qk_norm_width == "full",
+            rope=cfg.pos == "rope",
         )
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)

@@ -101,8 +101,9 @@ class NormalizedBlock(nn.Module):
         d, head_size = cfg.n_embd, cfg.n_embd // cfg.n_head
         scale = d**-0.5
         self.attn = Attention(
-            d, cfg.n_head, cfg.causal, cfg.dropout, cfg.bias, softmax_scale=math.sqrt(head_size)
-        )
+            d, cfg.n_head, cfg.causal, cfg.dropout, cfg.bias, softmax_scale=math.sqrt(head_size),
+            rope=cfg.pos == "rope",
+        )  # fmt: skip
         self.attn.q_norm = self.attn.k_norm = UnitHeads(cfg.n_head, head_size, scale)  # shared
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.mlp.hidden_scale = HiddenScale(cfg.mlp_ratio * d, d)

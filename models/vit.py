@@ -22,6 +22,7 @@ class ViTConfig(BlockConfig):
     in_chans: int = 1
     num_classes: int = 10
     pool: str = "cls"
+    tie_weights: bool = False  # the GPT's option; the ViT's head is always its own
 
     positive_fields: ClassVar[tuple[str, ...]] = (
         "image_size",
@@ -31,6 +32,11 @@ class ViTConfig(BlockConfig):
     )
 
     def check_model(self) -> None:
+        if self.tie_weights:
+            raise ValueError(
+                "model.tie_weights=true: the ViT has no token embedding to tie its head to; "
+                "set model.tie_weights=false"
+            )
         if self.image_size % self.patch_size != 0:
             raise ValueError(
                 f"model.image_size={self.image_size} is not divisible by "
@@ -45,7 +51,8 @@ class ViTConfig(BlockConfig):
 
 
 class ViT(Stack):
-    """Patches (+ cls token) + positions -> n_layer Blocks -> (final norm) -> pool -> head."""
+    """Patches (+ cls token) + positions -> n_layer Blocks -> (final norm) -> pool -> head;
+    with ``pos=rope`` the positions rotate q and k inside each attention instead."""
 
     kind = "encoder"
 
@@ -56,13 +63,17 @@ class ViT(Stack):
         n_tokens = cfg.num_patches + (1 if cfg.pool == "cls" else 0)
         self.patch_embed = nn.Linear(patch_dim, cfg.n_embd)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.n_embd)) if cfg.pool == "cls" else None
-        self.pos_emb = nn.Parameter(torch.zeros(1, n_tokens, cfg.n_embd))
+        self.n_tokens = n_tokens
+        # pos=rope: positions rotate q and k in every attention (over the token order), no table
+        learned = cfg.pos == "learned"
+        self.pos_emb = nn.Parameter(torch.zeros(1, n_tokens, cfg.n_embd)) if learned else None
         self.drop = nn.Dropout(cfg.dropout)
         self.build_stack(cfg, n_out=cfg.num_classes)
         self.head = nn.Linear(cfg.n_embd, cfg.num_classes)
         self.init_stack(cfg)
         with torch.no_grad():
-            nn.init.normal_(self.pos_emb, std=0.02)
+            if self.pos_emb is not None:
+                nn.init.normal_(self.pos_emb, std=0.02)
             if self.cls_token is not None:
                 nn.init.normal_(self.cls_token, std=0.02)
         self.normalize_weights()
@@ -71,13 +82,14 @@ class ViT(Stack):
         """Training FLOPs per image: 6N + 12 L P d per token for its P tokens (the GPT's count;
         N leaves out the position table, and the head, applied once, is counted per token)."""
         c = self.cfg
-        tokens = self.pos_emb.shape[1]
-        n = self.num_params() - self.pos_emb.numel()
+        tokens = self.n_tokens
+        n = self.num_params() - (self.pos_emb.numel() if self.pos_emb is not None else 0)
         return tokens * (6 * n + 12 * c.n_layer * tokens * c.n_embd)
 
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         # The patch embedding's columns are the embeddings of single pixels: dim 0 of out x in.
-        pairs = [(self.patch_embed.weight, 0), (self.pos_emb, -1), (self.head.weight, 1)]
+        pos = [(self.pos_emb, -1)] if self.pos_emb is not None else []
+        pairs = [(self.patch_embed.weight, 0), *pos, (self.head.weight, 1)]
         return pairs if self.cls_token is None else [*pairs, (self.cls_token, -1)]
 
     def patchify(self, images: torch.Tensor) -> torch.Tensor:
@@ -99,7 +111,7 @@ class ViT(Stack):
         x = self.patch_embed(self.patchify(images))  # (B, N, C)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, 1+N, C)
-        x = self.drop(x + self.pos_emb)
+        x = self.drop(x if self.pos_emb is None else x + self.pos_emb)
         for block in self.blocks:
             x = block(x)
         # Normalize the tokens before pooling: norms with statistics across tokens or the batch
