@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,9 @@ def log_report(
     group = report["wandb_groups"][0]
     columns, rows = table
     os.environ.setdefault("WANDB_SILENT", "true")
+    replaced = superseded_offline_runs(out_dir) if mode == "offline" else []
+    for old in replaced:  # derived from the sweep's runs: the new report run replaces it
+        shutil.rmtree(old)
     run = wandb.init(
         project=target["project"],
         entity=target["entity"],
@@ -113,4 +117,12 @@ def log_report(
         run.finish()
     if where:
         return f"wandb report run: {where}"
-    return f"wandb report run (offline): wandb sync {out_dir / 'wandb' / 'offline-run-*'}"
+    said = f"; replaced {len(replaced)} earlier offline report run" if replaced else ""
+    return f"wandb report run (offline): wandb sync {out_dir / 'wandb' / 'offline-run-*'}{said}"
+
+
+def superseded_offline_runs(out_dir: Path) -> list[Path]:
+    """The earlier offline runs of this report dir's wandb id: offline, wandb makes a new run
+    dir each time, and syncing two would upload one id twice."""
+    found = (out_dir / "wandb").glob(f"offline-run-*-{report_run_id(out_dir)}")
+    return sorted(p for p in found if p.is_dir())

@@ -244,10 +244,13 @@ def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, caps
         assert text.encode() in data, text
     assert compare.main([str(sweep), "--out", str(tmp_path / "plain"), "--no-wandb"]) == 0
     assert not (tmp_path / "plain/wandb").exists()
-    # Comparing again updates the report's run: one run id per report dir.
+    # Comparing again replaces the report's offline run: one run of one id per report dir, so
+    # `wandb sync` never uploads the id twice.
     assert compare.main([str(sweep), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
-    ids = {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "rep/wandb").glob("offline-run-*")}
-    assert len(list((tmp_path / "rep/wandb").glob("offline-run-*"))) == 2 and len(ids) == 1
+    assert "replaced 1 earlier offline report run" in capsys.readouterr().out
+    runs = list((tmp_path / "rep/wandb").glob("offline-run-*"))
+    ids = {p.name.rsplit("-", 1)[-1] for p in runs}
+    assert len(runs) == 1 and len(ids) == 1
     assert ids == {report_run_id(tmp_path / "rep").rsplit("-", 1)[-1]}
 
 
