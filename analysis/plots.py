@@ -230,6 +230,9 @@ def clip_losses(ax, runs, metric: str) -> None:
         ax.set_ylim(min(lows) - 0.05 * span, max(firsts) + 0.15 * span)
 
 
+MAX_COLS = 4  # panels per row of a per-layer figure
+
+
 def plot_per_layer(
     groups, key: str, ylabel: str, out_dir: Path, name: str, with_fc2: bool
 ) -> str | None:
@@ -241,15 +244,20 @@ def plot_per_layer(
     if not groups and not fc2:
         return None
     series = sorted({g["series"] for g in groups})
-    n_cols = len(series) + (1 if fc2 else 0)
-    size = (4.4 * n_cols + 1.5, 3.4)
-    fig, axes = plt.subplots(1, n_cols, figsize=size, squeeze=False, layout="constrained")
+    n_panels = len(series) + (1 if fc2 else 0)
+    n_cols = min(n_panels, MAX_COLS)  # wrap into rows: never a strip thousands of pixels wide
+    n_rows = math.ceil(n_panels / n_cols)
+    size = (4.4 * n_cols + 1.5, 3.4 * n_rows)
+    fig, grid = plt.subplots(n_rows, n_cols, figsize=size, squeeze=False, layout="constrained")
+    for ax in grid.flat[n_panels:]:
+        ax.set_visible(False)
+    panels = list(grid.flat[:n_panels])
     depths = sorted({depth_of(g["params"]) for g in groups})
     cmap = plt.get_cmap("viridis")
     shade = {d: cmap(0.9 * i / max(len(depths) - 1, 1)) for i, d in enumerate(depths)}
-    for i, (ax, name_) in enumerate(zip(axes[0], series, strict=False)):
+    for i, (ax, name_) in enumerate(zip(panels, series, strict=False)):
         if i:
-            ax.sharey(axes[0][0])
+            ax.sharey(panels[0])
         for g in (g for g in groups if g["series"] == name_):
             color, mean = shade[depth_of(g["params"])], np.array(g[key])
             std = np.array(g.get(f"{key}_std") or [0.0] * len(mean))[: len(mean)]
@@ -264,11 +272,11 @@ def plot_per_layer(
         ax.set_ylabel(f"{ylabel}\nmean over seeds", fontsize=8)
         ax.grid(alpha=0.3)
     if series:
-        widen_log_range(axes[0][0])
+        widen_log_range(panels[0])
     handles = [Line2D([], [], color=shade[d], lw=2, label=f"L={d:g}") for d in depths]
     handles += [Line2D([], [], color="gray", lw=6, alpha=0.25, label="± 1 std over seeds")]
     if fc2:
-        handles += plot_fc2(axes[0][-1], fc2)
+        handles += plot_fc2(panels[-1], fc2)
     fig.legend(handles=handles, loc="outside right upper", fontsize=8)
     return xy.save(fig, out_dir, name)
 

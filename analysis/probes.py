@@ -150,16 +150,26 @@ def mean_std_lists(lists: list[list[float]], recorded: list[float]) -> tuple[lis
     return [statistics.fmean(c) for c in columns], [statistics.stdev(c) for c in columns]
 
 
+# Variant params that act only once training starts (the optimizer's): a probe at
+# initialization is the same for each of their values, so its groups pool over them.
+AFTER_INIT = ("lr", "warmup_steps")
+
+
+def acts_at_init(key: str) -> bool:
+    return key != "seed" and key not in AFTER_INIT and not key.startswith("optim.")
+
+
 def probe_groups(probes: list[Probe]) -> list[dict[str, Any]]:
-    """Probes averaged over seeds, per set of params; 'series' labels by what varies but depth."""
-    keys = sorted({k for p in probes for k in p.params if k != "seed"})
+    """Probes averaged over seeds (and over the optimizer's settings, which cannot change a
+    model at init), per set of params; 'series' labels by what varies but depth."""
+    keys = sorted({k for p in probes for k in p.params if acts_at_init(k)})
     varying = [k for k in keys if len({str(p.params.get(k)) for p in probes}) > 1]
     groups: dict[tuple, list[Probe]] = {}
     for p in probes:
         groups.setdefault(tuple(str(p.params.get(k)) for k in varying), []).append(p)
     out = []
     for members in groups.values():
-        params = {k: v for k, v in members[0].params.items() if k != "seed"}
+        params = {k: v for k, v in members[0].params.items() if acts_at_init(k)}
         fc2 = [p.last_fc2 for p in members if p.last_fc2 is not None]
         out.append(
             {

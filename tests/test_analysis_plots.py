@@ -285,3 +285,28 @@ def test_heatmap_step_cells_start_at_the_first_logged_step():
 
     assert edges([0, 10, 20], clamp=True).tolist() == [0, 5, 15, 20]
     assert edges([0, 1, 2]).tolist() == [-0.5, 0.5, 1.5, 2.5]  # layers: centred cells
+
+
+def test_init_figures_pool_over_the_optimizer_and_wrap_into_rows(tmp_path: Path) -> None:
+    """A probe at init is the same for every lr and warmup: one series per model setting, not
+    one per rate, and a figure of many series wraps at 4 panels a row."""
+    from PIL import Image
+
+    from analysis.probes import Probe, probe_groups
+
+    found = [
+        Probe({"placement": p, "n_layer": 4, "lr": lr, "optim.warmup_steps": w, "seed": s},
+              [1.0 + s, 2.0, 3.0, 4.0], [1.0, 1.5, 2.0, 2.5], 0.5, "probe")
+        for p in ("post", "pre") for lr in (1e-3, 1e-2) for w in (0, 10) for s in (0, 1)
+    ]  # fmt: skip
+    groups = probe_groups(found)
+    assert [g["series"] for g in groups] == ["placement=post", "placement=pre"]
+    assert groups[0]["grad_norm"][0] == pytest.approx(1.5) and "lr" not in groups[0]["params"]
+    many = [
+        Probe({"placement": f"p{i}", "n_layer": 4, "seed": 0}, [1.0] * 4, [1.0] * 4, None, "probe")
+        for i in range(9)
+    ]
+    name = plots.plot_per_layer(probe_groups(many), "grad_norm", "g", tmp_path, "g.png", False)
+    width, height = Image.open(tmp_path / name).size
+    # 9 panels: 3 rows of 4 at most, about 4 panels wide (was one strip of 9)
+    assert width < 2 * height * 4 / 3 and width < 2500
