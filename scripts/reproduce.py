@@ -233,7 +233,11 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     report = compare(sweep.out, plots=False)
     for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"]):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
-        fixed = [f"{key}={chosen[param]}" for param, key in confirm["by"].items()]
+        fixed = [  # a param the report does not vary (None) is left to the experiment
+            f"{key}={chosen[param]}"
+            for param, key in confirm["by"].items()
+            if chosen[param] is not None
+        ]
         these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
         out.append((these, sweep_jobs(sweep.cfg, these)))
     return out

@@ -112,3 +112,25 @@ def test_reproduce_launches_fresh_seeds_at_each_variants_best_lr(tmp_path, monke
     # Everything finished: a second command launches nothing.
     launched.clear()
     assert reproduce.main(["f5", "--out", str(out), *small]) == 0 and launched == []
+
+
+def test_a_row_read_at_a_named_rate_holds_the_grids_seeds_only() -> None:
+    from analysis.findings.common import variant
+
+    report = {"variants": [f5_row("layernorm", 1e-3, [2.4, 2.4], [2.6] * 5)]}
+    report["confirm_seeds"] = FRESH
+    assert [r["seed"] for r in variant(report, norm="layernorm", lr=1e-3)["runs"]] == [0, 1]
+    report["confirm_seeds"] = []
+    assert len(variant(report, norm="layernorm", lr=1e-3)["runs"]) == 7
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    ["placements_depth", "f3_depth", "f5_norms", "f11_admin", "vit_depth", "f12_z_loss"],
+)
+def test_every_ranking_at_best_rates_confirms_on_five_fresh_seeds(experiment: str) -> None:
+    cfg = reproduce_sweep.compose(experiment, [])
+    confirm = reproduce_sweep.settings_of(cfg)["confirm"]
+    grid = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))["seed"]
+    assert len(confirm["seeds"]) >= 5 and not {str(s) for s in confirm["seeds"]} & set(grid)
+    assert "lr" not in confirm["by"]  # the rate is what the grid chooses

@@ -23,7 +23,8 @@ Select, then confirm: an experiment with ``reproduce.confirm`` (``seeds``: fresh
 the variant params each confirmation fixes) chooses each variant's best rate on the grid's seeds
 only, then compares the variants on the confirming seeds run at that rate (scripts/reproduce.py
 launches them once the grid has finished), so the rate is never chosen on the same noise that
-decides the claim. ``evaluate`` puts the confirming seeds in report["confirm_seeds"].
+decides the claim; a row read at a named rate (``lr=``) holds the grid's seeds only.
+``evaluate`` puts the confirming seeds in report["confirm_seeds"].
 
 Verdicts use finished runs only, those that completed or diverged (runs.FINISHED): a failed
 run (a config error, a crash, a refused resume) says nothing about its variant and is left out,
@@ -109,6 +110,9 @@ def variant(report: dict, **params: Any) -> dict:
         raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
     if "lr" in params:
         note_fixed_lr(report, params)
+        # a row read at a named rate holds the grid's seeds only: the confirming seeds are one
+        # rate's, and pooling them there would weigh that rate against the others
+        return seed_subset(rows[0], set(report.get("confirm_seeds") or ()), False)
     return rows[0]
 
 
