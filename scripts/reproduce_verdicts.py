@@ -112,7 +112,8 @@ PUBLISHED = ".published.json"  # in a publish dir: the experiment and the files 
 
 
 def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem: str) -> None:
-    """verdict.md, report/report.md and the key plots into ``dest`` (e.g. docs/findings/f3),
+    """verdict.md/.json, report/report.md/.json (each run's values, seed by seed) and the key
+    plots into ``dest`` (e.g. docs/findings/f3),
     the sweep dir written as multirun/reproduce/<experiment> and other plots left out. Never
     deletes a file it did not write (dest/.published.json lists what it wrote), names every file
     it replaces, and refuses a dest inside the sweep dir or holding another experiment's."""
@@ -131,7 +132,8 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
             f"experiment={experiment} into its own directory"
         )
     shown = [name for name in plots if (out / "report" / name).is_file()]
-    files = ["verdict.md", "report/report.md", *(f"report/{n}" for n in shown)]
+    files = ["verdict.md", "verdict.json", "report/report.md", "report/report.json"]
+    files += [f"report/{n}" for n in shown]
     replaced = [f for f in files if (dest / f).is_file()]
     (dest / "report").mkdir(parents=True, exist_ok=True)
     for stale in set(before.get("files", [])) - set(files):  # this command's own, earlier
@@ -143,8 +145,12 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
     keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
     canonical = f"multirun/reproduce/{experiment}"
     (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
-    verdict = (out / f"{stem}.md").read_text().replace(str(out), canonical)
-    (dest / "verdict.md").write_text(verdict)
+    for src, name in (
+        (out / f"{stem}.md", "verdict.md"),
+        (out / f"{stem}.json", "verdict.json"),
+        (out / "report" / "report.json", "report/report.json"),
+    ):
+        (dest / name).write_text(src.read_text().replace(str(out), canonical))
     manifest.write_text(json.dumps({"experiment": experiment, "files": files}, indent=1) + "\n")
     console.print(f"published to {dest}: {', '.join(files)}")
     if replaced:

@@ -235,6 +235,11 @@ def test_publish_keeps_what_it_did_not_write_and_names_what_it_replaces(
         dest / "report" / "mine.png"
     ).is_file() and "replaced: verdict.md" in capsys.readouterr().out
     assert json.loads((dest / ".published.json").read_text())["experiment"] == "f2_warmup"
+    # The per-seed values travel with the report, the sweep dir written in its canonical form.
+    published = json.loads((dest / "report" / "report.json").read_text())
+    seeds = {r["seed"] for v in published["variants"] for r in v["runs"]}
+    assert seeds == {0, 1} and str(out) not in (dest / "report" / "report.json").read_text()
+    assert json.loads((dest / "verdict.json").read_text())["claims"][0]["id"] == "F2a"
     with pytest.raises(SystemExit, match="inside the sweep dir"):
         reproduce.main([*argv, "--publish", str(out / "published")])
     other = tmp_path / "docs" / "f5"
