@@ -130,7 +130,8 @@ def rank_text(entry: dict[str, Any]) -> str:
 def sensitivity_text(entry: dict[str, Any]) -> str:
     if entry.get("did_not_train"):
         return "did not train"
-    return f"{entry['lr_sensitivity']:.4f}"
+    value = entry.get("lr_sensitivity")
+    return "–" if value is None else f"{value:.4f}"
 
 
 def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]:
@@ -146,8 +147,21 @@ def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]
         variant = dict(zip(others, key, strict=True))
         entry = {"variant": variant, "label": label(variant, others), **lr_curve(members)}
         out.append(entry)
+    on_common_grid(out)
     assign_ranks(out)
     return out
+
+
+def on_common_grid(entries: list[dict[str, Any]]) -> None:
+    """Each entry's LR sensitivity over the rates every variant ran (``sensitivity_lrs``): a
+    variant with extra rates (a widened grid) is compared over the same ones as the rest; None
+    when fewer than two rates are common."""
+    drawn = [e for e in entries if e["lrs"]]
+    common = set.intersection(*(set(e["lrs"]) for e in drawn)) if drawn else set()
+    for e in drawn:
+        curve = {p["lr"]: p["loss"] for p in e["points"] if p["lr"] in common}
+        e["sensitivity_lrs"] = sorted(common)
+        e["lr_sensitivity"] = sensitivity(curve) if len(curve) > 1 else None
 
 
 def markdown(entries: list[dict[str, Any]]) -> list[str]:
@@ -164,7 +178,8 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "run at the variant's best lr ended on the unigram (or chance) plateau, so its flat "
         "curve measures nothing learned; such variants are listed last, unranked. `rank`: tie "
         "groups, variants whose 95% intervals over seeds at their best lr overlap the group "
-        "leader's share its rank. LR sensitivity compares variants only over one common grid.",
+        "leader's share its rank. LR sensitivity is taken over the rates every variant ran "
+        "(a widened variant's extra rates left out), so the variants share one grid.",
         "",
         "| rank | variant | lrs | best lr | final val loss at best lr (95% interval) | "
         "LR sensitivity | l0 | edge |",

@@ -113,3 +113,24 @@ def test_report_html_is_one_self_contained_page(tmp_path):
     text = " ".join(parsed.captions)
     assert "Look for: A flat, low curve" in text and "Learning-rate sensitivity" in text
     assert "*Final val loss against the peak learning rate" in (out / "report.md").read_text()
+
+
+def test_sensitivity_is_taken_over_the_rates_every_variant_ran() -> None:
+    from analysis import lr_sweep
+
+    def entry(losses: dict[float, float]) -> dict:
+        points = [{"lr": lr, "loss": x, "std": 0.01, "n": 2} for lr, x in losses.items()]
+        best = min(points, key=lambda p: p["loss"])
+        return {"lrs": list(losses), "points": points, "best_lr": best["lr"],
+                "best_val_loss": best["loss"], "lr_sensitivity": 0.0}  # fmt: skip
+
+    a = entry({1e-3: 2.0, 3e-3: 1.8, 1e-2: 2.2, 3e-2: 3.0})
+    widened = entry({1e-3: 2.0, 3e-3: 1.9, 1e-2: 1.9, 3e-2: 1.9, 1e-1: 1.9, 3e-1: 1.9})
+    lr_sweep.on_common_grid([a, widened])
+    assert a["lr_sensitivity"] == pytest.approx((0.2 + 0 + 0.4 + 1.2) / 4)
+    # over 1e-3..3e-2 only: (0.1 + 0 + 0 + 0) / 4, not (0.1 + 0 * 5) / 6
+    assert widened["lr_sensitivity"] == pytest.approx(0.1 / 4)
+    assert widened["sensitivity_lrs"] == [1e-3, 3e-3, 1e-2, 3e-2]
+    alone = entry({1e-1: 2.0, 3e-1: 2.5})
+    lr_sweep.on_common_grid([a, alone])  # no two rates in common: no sensitivity
+    assert a["lr_sensitivity"] is None and lr_sweep.sensitivity_text(a) == "–"
