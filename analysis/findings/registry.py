@@ -110,7 +110,11 @@ FINDINGS: dict[str, Finding] = {
         "F1: gradients and residual norms at initialization vs depth",
         (
             Claim(
-                "F1a", "Post-LN last-layer FFN grad norm is flat in depth", XIONG, f1_post_grad_flat
+                "F1a",
+                "Post-LN's last-layer FFN grad norm does not scale with depth (Theorem 1 bounds it "
+                "independently of L)",
+                XIONG,
+                f1_post_grad_flat,
             ),
             Claim(
                 "F1b",
@@ -302,7 +306,13 @@ FINDINGS: dict[str, Finding] = {
                 ZHAI,
                 f10_entropy_collapses,
             ),
-            Claim("F10b", "QK-norm prevents the entropy collapse", ZHAI, f10_qk_prevents),
+            Claim(
+                "F10b",
+                "QK-norm prevents the entropy collapse",
+                "Dehghani et al. 2023 (QK-layernorm against near-one-hot attention); Zhai et al. "
+                "2023 propose sigmaReparam instead",
+                f10_qk_prevents,
+            ),
             Claim(
                 "F10c",
                 "The runs whose entropy collapsed are the unstable ones (diverge or end worse)",
