@@ -243,9 +243,10 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
         (True, 1e-4): (2.55, 2.45, 2.5, 2.54),
     }
 
-    def report(drift: float) -> dict:  # log Z moves by ``drift`` in every run
+    def report(drift: float, curves: dict = curves) -> dict:  # log Z moves by ``drift``
+        where = tmp_path / f"{drift}-{len(str(curves))}"
         rows = [
-            f6_row(tmp_path / str(drift), lr, qk, [x, x], 8.0, z, drift)
+            f6_row(where, lr, qk, [x, x], 8.0, z, drift)
             for (qk, z), xs in curves.items()
             for lr, x in zip(lrs, xs, strict=True)
         ]
@@ -253,14 +254,18 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
 
     drifting = report(-5.0)
     v = by_id(evaluate("f13", drifting))
-    assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "FAIL", "PASS"]
+    assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "PASS", "PASS"]
+    # F13b compares qk with qk + z-loss: (0.52 + 0 + 0.12 + 0.52) / 4 - (0.1 + 0 + 0.05 + 0.09) / 4
+    assert v["F13b"].measured["gap"] == pytest.approx(0.29 - 0.06)
     # Wortsman's sensitivity: mean over lrs of loss - best; the diverged lr at l0 = 4.6.
     assert v["F13a"].measured["none"]["sensitivity"] == pytest.approx((0.5 + 0 + 0.7 + 2.1) / 4)
     assert v["F13a"].measured["with"]["sensitivity"] == pytest.approx((0.52 + 0 + 0.12 + 0.52) / 4)
     assert v["F13a"].measured["best_gap"] == pytest.approx(-0.02)
-    assert v["F13b"].measured["gap"] == 0.0  # log Z fell 5 nats and z-loss changed nothing
+    inert = {**curves, (True, 1e-4): curves[(True, 0.0)]}  # z-loss changes nothing on qk
+    moved = by_id(evaluate("f13", report(-5.0, inert)))["F13b"]
+    assert moved.status == "FAIL" and moved.measured["gap"] == 0.0  # log Z fell 5 nats
     # log Z rose 0.3 nats: z-loss had nothing to act on, so F13b cannot be tested here.
-    still = by_id(evaluate("f13", report(0.3)))["F13b"]
+    still = by_id(evaluate("f13", report(0.3, inert)))["F13b"]
     assert still.status == "NOT TESTABLE" and still.measured["gap"] == 0.0
     assert still.note.startswith("NOT TESTABLE AT THIS SIZE: without z-loss log Z rose 0.30")
     # Both: every lr within 0.1 of 2.45, a 1000x span; without: only the best lr (1x).

@@ -172,15 +172,16 @@ def z_on(report: dict) -> float:
     return max(zs)
 
 
-def flattens(qk: bool, z_arm: bool) -> Check:
-    """Claim check: an intervention (qk-layernorm, or z-loss) lowers the LR sensitivity by
-    SENS_GAP and keeps the best loss within CLOSE (Figure 1: the curves meet at the best lr and
-    part at high rates). z-loss acts on log Z only: when it lowers nothing and log Z did not fall
-    without it at the top rate (F12's rule), the size cannot test it."""
+def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
+    """Claim check: an intervention (qk-layernorm on a model without it, or z-loss on a model
+    with ``base_qk``) lowers the LR sensitivity by SENS_GAP and keeps the best loss within CLOSE
+    (Figure 1: the curves meet at the best lr and part at high rates). z-loss acts on log Z only:
+    when it lowers nothing and log Z did not fall without it at the top rate (F12's rule), the
+    size cannot test it."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
         z = z_on(report) if z_arm else 0.0
-        base, base_shown = curve_of(report, False, 0.0)
+        base, base_shown = curve_of(report, base_qk, 0.0)
         with_, shown = curve_of(report, qk, z)
         gap = sensitivity(base) - sensitivity(with_)
         best_gap = min(with_.values()) - min(base.values())
@@ -190,7 +191,7 @@ def flattens(qk: bool, z_arm: bool) -> Check:
         )
         ok = gap >= SENS_GAP and best_gap <= CLOSE
         measured = {"none": base_shown, "with": shown, "gap": gap, "best_gap": best_gap}
-        if z_arm and not ok and (why := no_divergence(report, max(base), **arm(report, False))):
+        if z_arm and not ok and (why := no_divergence(report, max(base), **arm(report, base_qk))):
             reason = f"{why} (F12 gives it 1000 steps; the GPU size, --size gpu, 3k at d=512)"
             return untestable(v, reason, **measured)
         return decide(v, ok, **measured)

@@ -386,13 +386,14 @@ FINDINGS: dict[str, Finding] = {
                 "qk-layernorm flattens the loss-vs-lr curve at high rates (lower LR sensitivity) "
                 "while the best loss stays",
                 WORTSMAN,
-                flattens(qk=True, z_arm=False),
+                flattens(base_qk=False, qk=True, z_arm=False),
             ),
             Claim(
                 "F13b",
-                "z-loss lowers the LR sensitivity while the best loss stays",
+                "With qk-layernorm on, z-loss lowers the LR sensitivity while the best loss "
+                "stays (the paper's pair: qk vs qk + z-loss)",
                 WORTSMAN,
-                flattens(qk=False, z_arm=True),
+                flattens(base_qk=True, qk=True, z_arm=True),
             ),
             Claim(
                 "F13c",
