@@ -49,8 +49,9 @@ CAPTIONS: dict[str, tuple[str, str]] = {
         "An early jump that then stalls (Post-LN at depth) against a bounded rise.",
     ),
     "log_z.png": (
-        "Mean log Z of the output logits over training.",
-        "A drift away from 0 at high lr: output-logit divergence, which z-loss holds back.",
+        "Mean log Z of the output logits over training, on a y range holding every logged value.",
+        "A late fall after warmup, below 0, at high lr: output-logit divergence (an early rise "
+        "is the softmax sharpening), which z-loss holds back.",
     ),
     "sharpness.png": (
         "Top Hessian eigenvalue, plain and Adam-preconditioned, over training.",

@@ -254,7 +254,12 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
     for draw in sweep.finding.draws:
         draw(out)
     cfg = sweep.cfg
-    settings = {**settings_of(cfg), "max_steps": cfg.trainer.max_steps, "lr": cfg.optim.lr}
+    settings = {
+        **settings_of(cfg),
+        "max_steps": cfg.trainer.max_steps,
+        "lr": cfg.optim.lr,
+        "warmup_steps": cfg.optim.warmup_steps,
+    }
     verdicts = evaluate(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]
     statuses = sorted({r["status"] for r in runs})

@@ -191,7 +191,9 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
         )
         ok = gap >= SENS_GAP and best_gap <= CLOSE
         measured = {"none": base_shown, "with": shown, "gap": gap, "best_gap": best_gap}
-        if z_arm and not ok and (why := no_divergence(report, max(base), **arm(report, base_qk))):
+        warmup = int(settings.get("warmup_steps") or 0)
+        why = z_arm and not ok and no_divergence(report, max(base), warmup, **arm(report, base_qk))
+        if why:
             reason = f"{why} (F12 gives it 1000 steps; the GPU size, --size gpu, 3k at d=512)"
             return untestable(v, reason, **measured)
         return decide(v, ok, **measured)
