@@ -215,6 +215,14 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
     )
     assert v["F6a"].measured["growth"] == pytest.approx(250.0)
     assert v["F6b"].measured["growth"] == pytest.approx(3.0)
+    # over two decades of lr: 250x is 15.8x a decade, 3x is 1.73x, against sqrt(10) = 3.16x
+    assert v["F6a"].measured["per_decade"] == pytest.approx(250**0.5, rel=1e-3)
+    assert v["F6b"].measured["per_decade"] == pytest.approx(3**0.5, rel=1e-3)
+    # 15x over 300x of lr (2.48 decades): 2.98x a decade, bounded; the same rise over one
+    # decade is not.
+    from analysis.findings.lr import PER_DECADE, per_decade
+
+    assert per_decade(15.0, [1e-3, 3e-1]) < PER_DECADE < per_decade(15.0, [1e-3, 1e-2])
     assert v["F6c"].measured["gap"] == pytest.approx(((2.5 - 2.45) + (4.6 - 2.6)) / 2)
     assert v["F6d"].measured["no_qk"] == pytest.approx((0.2 + 0 + 2.1) / 3, abs=1e-4)
     assert v["F6d"].measured["qk"] == pytest.approx((0.25 + 0 + 0.15) / 3, abs=1e-4)

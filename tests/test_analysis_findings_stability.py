@@ -67,7 +67,13 @@ def test_f8_pass_and_fail(tmp_path: Path) -> None:
     assert v["F8a"].measured["pre_last_over_first"] == 4.0
     assert v["F8b"].measured["rms_growth"] == pytest.approx(20 / 3, rel=1e-3)
     assert v["F8b"].measured["max_growth"] == pytest.approx(100 / 12, rel=1e-3)
-    assert v["F8c"].measured["rms_ratio"] == pytest.approx(20 / 6, rel=1e-3)
+    # pre's last layer grew 20/3, sandwich's 6/2: 2.22x faster
+    assert v["F8c"].measured["growth_ratio"] == pytest.approx((20 / 3) / (6 / 2), rel=1e-3)
+    # Half of pre's values everywhere but the same growth: lower, not more balanced.
+    half = residual([0.5, 1.0, 1.5], [2.5, 5.0, 10.0], 50.0)
+    rows = [variant(tmp_path / "h", {"placement": p}, [x, x]) for p, x in (("pre", pre),
+            ("sandwich", half))]  # fmt: skip
+    assert by_id(evaluate("f8", {"variants": rows}))["F8c"].status == "FAIL"
     flat = residual([1.0, 1.0, 1.0], [1.5, 1.5, 1.5], 6.0)  # neither depth nor training growth
     bad = {
         "variants": [

@@ -34,9 +34,12 @@ from analysis.runs import run_series
 # diverged (or ends above l0) counts at l0. Defined once, in analysis/lr_sweep.py (capped,
 # sensitivity), which the report's column uses too; l0 is the arm's mean first train loss.
 # Thresholds:
-#   LOGIT_GROWTH = 10  "grows" / "bounded": the max attention logit rises >= 10x over the swept
-#                      learning rates (a 100x range), or less; at the top lr QK-norm's is >= 10x
-#                      below the unnormed one (the CPU size measures ~400x and ~4x rises)
+#   LOGIT_GROWTH = 10  "grows" / "bounded": the max attention logit rises >= 10x per two decades
+#                      of lr (sqrt(10) = 3.16x a decade), or less; at the top lr QK-norm's is
+#                      >= 10x below the unnormed one. First set as 10x over the whole grid when
+#                      it spanned 100x; when the grid became 300x, F6b read FAIL on a 15x rise
+#                      (2.98x a decade): the per-decade bound replaced it after that run, as F6's
+#                      README says
 #   SENS_GAP = 0.03    "lowers the sensitivity": about one seed std of one arm's sensitivity
 #   TOP_LRS = 2        "at the highest learning rates": the two largest swept values
 #   SPAN = 100         "similar loss across orders of magnitude of lr": the contiguous lrs
@@ -98,6 +101,14 @@ def lr_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:
     return {lr: statistics.fmean(by_seed.values()) for lr, by_seed in losses.items()}
 
 
+PER_DECADE = LOGIT_GROWTH**0.5  # the logit growth bound per decade of lr
+
+
+def per_decade(growth: float, lrs: list[float]) -> float:
+    """A growth over the swept lrs as a factor per decade (tenfold) of lr."""
+    return growth ** (1 / math.log10(lrs[-1] / lrs[0]))
+
+
 def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
     lrs = values(report, "lr")
     if len(lrs) < 2:
@@ -105,8 +116,12 @@ def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
     low, top = (
         peak_logit(variant(report, lr=lr, **arm(report, False))) for lr in (lrs[0], lrs[-1])
     )
-    v.threshold = f"max logit at lr {lrs[-1]:g} / at lr {lrs[0]:g} >= {LOGIT_GROWTH:g}"
-    return decide(v, top >= LOGIT_GROWTH * low, lowest_lr=low, top_lr=top, growth=top / low)
+    rate = per_decade(top / low, lrs)
+    v.threshold = (
+        f"max logit growth from lr {lrs[0]:g} to {lrs[-1]:g} >= {PER_DECADE:.2f}x a decade"
+    )
+    return decide(v, rate >= PER_DECADE, lowest_lr=low, top_lr=top, growth=top / low,
+                  per_decade=rate)  # fmt: skip
 
 
 def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
@@ -115,11 +130,14 @@ def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
         raise NoData(f"learning rates {lrs}: need >= 2")
     low, top = (peak_logit(variant(report, lr=lr, **arm(report, True))) for lr in (lrs[0], lrs[-1]))
     plain = peak_logit(variant(report, lr=lrs[-1], **arm(report, False)))
+    rate = per_decade(top / low, lrs)
     v.threshold = (
-        f"qk growth over the lrs < {LOGIT_GROWTH:g}, no-qk / qk >= {LOGIT_GROWTH:g} at the top lr"
+        f"qk growth < {PER_DECADE:.2f}x a decade of lr, no-qk / qk >= {LOGIT_GROWTH:g} at the "
+        "top lr"
     )
-    ok = top < LOGIT_GROWTH * low and plain >= LOGIT_GROWTH * top
-    return decide(v, ok, qk_lowest_lr=low, qk_top_lr=top, growth=top / low, no_qk_top_lr=plain)
+    ok = rate < PER_DECADE and plain >= LOGIT_GROWTH * top
+    return decide(v, ok, qk_lowest_lr=low, qk_top_lr=top, growth=top / low, per_decade=rate,
+                  no_qk_top_lr=plain)  # fmt: skip
 
 
 def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:

@@ -50,7 +50,7 @@ from analysis.findings.placements import (
 from analysis.findings.stability import (
     KIM,
     ZHAI,
-    f8_peri_bounded,
+    f8_peri_grows_slower,
     f8_pre_grows_in_training,
     f8_pre_grows_with_depth,
     f10_collapse_is_instability,
@@ -259,10 +259,10 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim(
                 "F8c",
-                "Peri-LN (sandwich) keeps the residual stream's RMS and largest values "
-                "well below Pre-LN's",
+                "Peri-LN's (sandwich's) residual stream RMS grows more slowly in training than "
+                "Pre-LN's (more balanced variance growth)",
                 KIM,
-                f8_peri_bounded,
+                f8_peri_grows_slower,
             ),
         ),
         plots=("heat_act_norm.png", "heat_act_max.png", "loss_curves.png"),
