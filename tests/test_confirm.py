@@ -126,7 +126,15 @@ def test_a_row_read_at_a_named_rate_holds_the_grids_seeds_only() -> None:
 
 @pytest.mark.parametrize(
     "experiment",
-    ["placements_depth", "f3_depth", "f5_norms", "f11_admin", "vit_depth", "f12_z_loss"],
+    [
+        "placements_depth",
+        "f3_depth",
+        "f5_norms",
+        "f11_admin",
+        "vit_depth",
+        "f12_z_loss",
+        "f9_depth_curse",
+    ],
 )
 def test_every_ranking_at_best_rates_confirms_on_five_fresh_seeds(experiment: str) -> None:
     cfg = reproduce_sweep.compose(experiment, [])

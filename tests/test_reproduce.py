@@ -130,7 +130,8 @@ def test_placement_study_covers_every_placement(size: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "experiment", ["placements_depth", "f3_depth", "f5_norms", "f11_admin", "vit_depth"]
+    "experiment",
+    ["placements_depth", "f3_depth", "f5_norms", "f11_admin", "vit_depth", "f9_depth_curse"],
 )
 @pytest.mark.parametrize("size", ["", "_gpu"])
 def test_rankings_sweep_four_log_spaced_learning_rates(experiment: str, size: str) -> None:
