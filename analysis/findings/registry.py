@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.block_profile import plot_profiles
-from analysis.findings.common import Check, NoData, Verdict, note_lrs
+from analysis.findings.common import Check
 from analysis.findings.depth import (
     deep_others_train,
     deep_post_fails,
@@ -407,26 +407,3 @@ FINDINGS: dict[str, Finding] = {
     ),
 }
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
-
-
-def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
-    """Every claim of ``finding`` decided on ``report``; ``settings``: the experiment's
-    ``reproduce`` node plus ``max_steps``."""
-    settings = settings or {}
-    out = []
-    for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
-        v = Verdict(claim.id, claim.statement, claim.source)
-        report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
-        report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
-        report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])
-        try:
-            v = note_lrs(
-                claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
-            )
-        except NoData as err:
-            v.status, v.note = "NO DATA", str(err)
-        out.append(v)
-    report.pop("chosen_lrs", None)
-    report.pop("fixed_lrs", None)
-    report.pop("confirm_seeds", None)
-    return out
