@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,30 +66,42 @@ def run_loss(run: Run, l0: float | None) -> float | None:
     return capped(finite(run.result(METRIC)) if run.status == "completed" else None, l0)
 
 
+def point(runs: list[Run], l0: float | None, lr: Any) -> dict[str, Any] | None:
+    """The curve at one lr: the mean (and sd) of its runs' capped losses."""
+    losses = [x for r in runs if (x := run_loss(r, l0)) is not None]
+    if not losses:
+        return None
+    return {
+        "lr": lr,
+        "loss": statistics.fmean(losses),
+        "std": statistics.stdev(losses) if len(losses) > 1 else None,
+        "n": len(losses),
+        "diverged": sum(r.status == "diverged" for r in runs),
+        "did_not_train": sum(r.did_not_train is not None for r in runs),
+    }
+
+
 def lr_curve(members: list[Variant]) -> dict[str, Any]:
-    """One variant's curve over the lrs of ``members`` (the same variant at each lr)."""
+    """One variant's curve over the lrs of ``members`` (the same variant at each lr), drawn
+    from the grid's seeds: those run at more than one rate. Seeds run at one rate only are
+    confirming seeds there (reproduce.confirm: fresh seeds at the best rate the grid chose):
+    they enter ``confirm``, never the choice of the rate."""
     runs = [r for v in members for r in v.runs]
     l0 = init_loss(runs)
+    at = Counter(str(r.seed) for r in runs)
+    grid = {s for s, n in at.items() if n > 1} if len(members) > 1 else set(at)
     points = []
     for v in sorted(members, key=lambda v: sort_key(v.params["lr"])):
-        losses = [x for r in v.runs if (x := run_loss(r, l0)) is not None]
-        if not losses:
-            continue
-        points.append(
-            {
-                "lr": v.params["lr"],
-                "loss": statistics.fmean(losses),
-                "std": statistics.stdev(losses) if len(losses) > 1 else None,
-                "n": len(losses),
-                "diverged": sum(r.status == "diverged" for r in v.runs),
-                "did_not_train": sum(r.did_not_train is not None for r in v.runs),
-            }
-        )
+        found = point([r for r in v.runs if str(r.seed) in grid], l0, v.params["lr"])
+        points += [found] if found else []
     if not points:
         return {"lrs": [], "points": [], "l0": l0}
     best = min(points, key=lambda p: p["loss"])
     lrs = [p["lr"] for p in points]
+    at_best = next(v for v in members if v.params["lr"] == best["lr"])
+    fresh = point([r for r in at_best.runs if str(r.seed) not in grid], l0, best["lr"])
     return {
+        **({"confirm": fresh} if fresh else {}),
         "lrs": lrs,
         "points": points,
         "l0": l0,
@@ -103,7 +116,7 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Entries with a curve, best loss first; variants that did not train after the rest."""
     drawn = [e for e in entries if e["lrs"]]
-    return sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), e["best_val_loss"]))
+    return sorted(drawn, key=lambda e: (bool(e.get("did_not_train")), best_point(e)[0]))
 
 
 def assign_ranks(entries: list[dict[str, Any]]) -> None:
@@ -118,8 +131,9 @@ def assign_ranks(entries: list[dict[str, Any]]) -> None:
 
 
 def best_point(entry: dict[str, Any]) -> tuple[float, float | None, int]:
-    """(mean, sd, seeds) of the variant's loss at its best lr."""
-    p = next(p for p in entry["points"] if p["lr"] == entry["best_lr"])
+    """(mean, sd, seeds) of the variant's loss at its best lr: its confirming seeds' when it
+    has them (the rank and interval then come from seeds the choice never saw)."""
+    p = entry.get("confirm") or next(p for p in entry["points"] if p["lr"] == entry["best_lr"])
     return p["loss"], p["std"], p["n"]
 
 
@@ -179,7 +193,9 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "curve measures nothing learned; such variants are listed last, unranked. `rank`: tie "
         "groups, variants whose 95% intervals over seeds at their best lr overlap the group "
         "leader's share its rank. LR sensitivity is taken over the rates every variant ran "
-        "(a widened variant's extra rates left out), so the variants share one grid.",
+        "(a widened variant's extra rates left out), so the variants share one grid. The "
+        "curve and the best lr come from the grid's seeds; where fresh seeds ran at the best "
+        "lr (`fresh seeds`), the loss, its interval and the rank are theirs.",
         "",
         "| rank | variant | lrs | best lr | final val loss at best lr (95% interval) | "
         "LR sensitivity | l0 | edge |",
@@ -188,11 +204,13 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
     for e in ranked(entries):
         lrs = ", ".join(f"{x:g}" for x in e["lrs"])
         l0 = "–" if e["l0"] is None else f"{e['l0']:.3f}"
-        lo, hi = stats.interval_from(*best_point(e))
+        mean, sd, n = best_point(e)
+        lo, hi = stats.interval_from(mean, sd, n)
         span = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(hi - lo) else ""
+        fresh = f", {n} fresh seeds" if "confirm" in e else ""
         out.append(
             f"| {rank_text(e)} | {md_cell(e['label'])} | {lrs} | {e['best_lr']:g} | "
-            f"{e['best_val_loss']:.4f}{span} | {sensitivity_text(e)} | {l0} | "
+            f"{mean:.4f}{span}{fresh} | {sensitivity_text(e)} | {l0} | "
             f"{'yes' if e['edge'] else 'no'} |"
         )
     return [*out, ""]

@@ -142,3 +142,28 @@ def test_every_ranking_at_best_rates_confirms_on_five_fresh_seeds(experiment: st
     grid = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))["seed"]
     assert len(confirm["seeds"]) >= 5 and not {str(s) for s in confirm["seeds"]} & set(grid)
     assert "lr" not in confirm["by"]  # the rate is what the grid chooses
+
+
+def test_the_lr_table_chooses_on_the_grid_and_ranks_on_the_fresh_seeds(tmp_path) -> None:
+    """Seeds run at one rate only are confirming seeds: the curve, the best lr and the LR
+    sensitivity come from the grid's seeds, the loss at the best lr and the rank from them."""
+    from analysis import lr_sweep
+    from analysis.runs import Run
+    from analysis.variants import Variant
+
+    def member(lr: float, losses: dict[int, float]) -> Variant:
+        runs = [
+            Run(tmp_path / f"{lr}-{s}", {"status": "completed", "final_val_loss": x, "seed": s},
+                {"seed": s}, {"train/loss": [(0, 4.0)]})
+            for s, x in losses.items()
+        ]  # fmt: skip
+        return Variant({"placement": "pre", "lr": lr}, runs, f"pre lr={lr}")
+
+    fresh = {100: 2.9, 101: 3.0, 102: 3.1}  # the grid's luck does not hold at 1e-3
+    members = [member(1e-3, {0: 2.5, 1: 2.5, **fresh}), member(3e-3, {0: 2.6, 1: 2.7})]
+    entry = lr_sweep.lr_curve(members)
+    assert entry["best_lr"] == 1e-3 and entry["best_val_loss"] == pytest.approx(2.5)
+    assert [p["n"] for p in entry["points"]] == [2, 2]
+    assert entry["lr_sensitivity"] == pytest.approx((0 + 0.15) / 2)
+    assert entry["confirm"]["n"] == 3 and entry["confirm"]["loss"] == pytest.approx(3.0)
+    assert lr_sweep.best_point(entry) == (pytest.approx(3.0), pytest.approx(0.1), 3)
