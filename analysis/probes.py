@@ -36,6 +36,8 @@ class Probe:
     source: str
     grad_std: list[float] = field(default_factory=list)  # as recorded by a seed-averaged probe
     act_std: list[float] = field(default_factory=list)
+    # name -> one value a seed, as the init probe records them (last_fc2, act_ratio)
+    per_seed: dict[str, list[float]] = field(default_factory=dict)
 
 
 def is_number(value: Any) -> bool:
@@ -80,7 +82,13 @@ def parse_probe(record: dict, base: dict[str, Any], source: str) -> Probe | None
     if not (grad or act or last_fc2 is not None):
         return None
     grad_std, act_std, _ = layer_values(flat_record(record, "std"))
-    return Probe(params, grad, act, last_fc2, source, grad_std, act_std)
+    found = record.get("per_seed")
+    per_seed = {
+        k: [float(x) for x in xs]
+        for k, xs in (found.items() if isinstance(found, dict) else ())
+        if isinstance(xs, list) and all(is_number(x) for x in xs)
+    }
+    return Probe(params, grad, act, last_fc2, source, grad_std, act_std, per_seed)
 
 
 def probe_records(data: Any) -> tuple[list[dict], dict[str, Any]]:
@@ -179,6 +187,10 @@ def probe_groups(probes: list[Probe]) -> list[dict[str, Any]]:
                 "seeds": sorted({str(p.params.get("seed")) for p in members}),
                 **norm_stats(members),
                 "last_fc2": statistics.fmean(fc2) if fc2 else None,
+                "per_seed": {
+                    k: [x for p in members for x in p.per_seed.get(k, [])]
+                    for k in sorted({k for p in members for k in p.per_seed})
+                },
                 "source": members[0].source,
             }
         )

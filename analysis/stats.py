@@ -2,8 +2,11 @@
 it supports against a margin fixed before the runs.
 
 The intervals are Student t over seeds: for one arm, mean ± t(0.975, n-1) · s/√n; for a
-difference of two arms' means, Welch's interval (each arm its own variance, Welch-Satterthwaite
-degrees of freedom). Seeds are the independent replicates; a run is one seed.
+difference of two arms' means, or any weighted sum of arms' means (a contrast, e.g. one drop
+minus another), Welch's interval (each arm its own variance, Welch-Satterthwaite degrees of
+freedom). Ratios of positive measures (growth factors, norms) are intervals on the logs,
+exponentiated back: the ratio of geometric means. Seeds are the independent replicates; a run is
+one seed.
 
 A claim says on which side of its margin the effect lies:
 
@@ -41,8 +44,9 @@ class Interval:
     lo: float
     hi: float
     n: tuple[int, ...]  # seeds per arm
-    sd: tuple[float, ...]  # each arm's sample sd (nan for one seed)
+    sd: tuple[float, ...]  # each arm's sample sd (nan for one seed); of the logs on a log scale
     method: str
+    scale: str = "linear"  # "log": effect, lo and hi are exp() of an interval on the logs
 
     def text(self, digits: int = 3) -> str:
         if math.isinf(self.effect) or math.isnan(self.effect):
@@ -99,27 +103,52 @@ def tie_ranks(intervals: Sequence[tuple[float, float]]) -> list[int]:
     return ranks
 
 
-def welch_df(va: float, na: int, vb: float, nb: int) -> float:
-    a, b = va / na, vb / nb
-    if a + b == 0:
-        return float(na + nb - 2)
-    return (a + b) ** 2 / (a**2 / (na - 1) + b**2 / (nb - 1))
-
-
 def diff_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
     """Welch's interval of mean(a) - mean(b) (needs >= 2 seeds per arm)."""
     a, b = [float(x) for x in a], [float(x) for x in b]
-    n, sds = (len(a), len(b)), (sd(a), sd(b))
     inf_a, inf_b = math.inf in a, math.inf in b
     if inf_a or inf_b:
         effect = math.nan if inf_a and inf_b else (math.inf if inf_a else -math.inf)
-        return Interval(effect, effect, effect, n, sds, "a diverged seed decides")
+        return Interval(effect, effect, effect, (len(a), len(b)), (sd(a), sd(b)),
+                        "a diverged seed decides")  # fmt: skip
+    return contrast_interval((a, b), (1.0, -1.0))
+
+
+def contrast_interval(arms: Sequence[Sequence[float]], weights: Sequence[float]) -> Interval:
+    """Welch's interval of sum_i weights[i] * mean(arms[i]): the standard error from each arm's
+    own variance, Welch-Satterthwaite degrees of freedom (needs >= 2 finite seeds per arm)."""
+    arms = [[float(x) for x in arm] for arm in arms]
+    n, sds = tuple(len(arm) for arm in arms), tuple(sd(arm) for arm in arms)
+    if len(arms) != len(weights) or not arms:
+        raise ValueError(f"{len(arms)} arms, {len(weights)} weights: give one weight per arm")
     if min(n) < 2:
         raise ValueError(f"an interval needs >= 2 seeds per arm, got {n}")
-    va, vb = statistics.variance(a), statistics.variance(b)
-    effect = statistics.fmean(a) - statistics.fmean(b)
-    half = t_quantile(welch_df(va, n[0], vb, n[1])) * math.sqrt(va / n[0] + vb / n[1])
+    if not all(math.isfinite(x) for arm in arms for x in arm):
+        raise ValueError("a contrast needs finite values in every arm")
+    pairs = list(zip(arms, weights, strict=True))
+    parts = [w * w * statistics.variance(arm) / len(arm) for arm, w in pairs]
+    se2 = sum(parts)
+    df = (
+        se2**2 / sum(p * p / (len(arm) - 1) for p, arm in zip(parts, arms, strict=True))
+        if se2 > 0
+        else float(sum(len(arm) - 1 for arm in arms))
+    )
+    effect = sum(w * statistics.fmean(arm) for arm, w in zip(arms, weights, strict=True))
+    half = t_quantile(df) * math.sqrt(se2)
     return Interval(effect, effect - half, effect + half, n, sds, "Welch t over seeds")
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float] | None = None) -> Interval:
+    """The ratio of geometric means over seeds, a / b (or a's own geometric mean when b is
+    None), with its t (or Welch) interval taken on the logs and exponentiated: for positive
+    measures whose claims are factors ("grows 2x", "2x below")."""
+    values = [*a, *(b or ())]
+    if not all(isinstance(x, int | float) and math.isfinite(x) and x > 0 for x in values):
+        raise ValueError("a ratio interval needs positive finite values")
+    logs_a = [math.log(x) for x in a]
+    ci = mean_interval(logs_a) if b is None else diff_interval(logs_a, [math.log(x) for x in b])
+    return Interval(math.exp(ci.effect), math.exp(ci.lo), math.exp(ci.hi), ci.n, ci.sd,
+                    f"{ci.method}, on logs", "log")  # fmt: skip
 
 
 def outcome(ci: Interval, margin: float, side: str) -> str:
@@ -143,7 +172,12 @@ def seeds_needed(ci: Interval, margin: float, side: str, most: int = 1000) -> in
     observed effect, would clear the nearest boundary; None when the effect sits on it or the
     sds are unknown."""
     boundaries = (margin,) if side != "within" else (margin, -margin)
-    distance = min(abs(ci.effect - x) for x in boundaries)
+    effect = ci.effect
+    if ci.scale == "log":  # the sds are of the logs: measure the distance there
+        if effect <= 0 or margin <= 0:
+            return None
+        effect, boundaries = math.log(effect), tuple(math.log(abs(x)) for x in boundaries)
+    distance = min(abs(effect - x) for x in boundaries)
     spread = sum(s**2 for s in ci.sd)
     if not math.isfinite(distance) or distance == 0 or not math.isfinite(spread):
         return None

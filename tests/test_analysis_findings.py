@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analysis.findings import evaluate
@@ -60,30 +61,57 @@ def test_failed_runs_count_nowhere_in_f5_f7() -> None:
     flat = {4: [0.97, 0.97], 64: [0.97, 0.97]}
     bn = {4: [FAILED, 0.96, 0.96], 64: [0.97, 0.97]}
     v = by_id(evaluate("f7", f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})))
-    assert v["F7a"].status == "FAIL" and v["F7a"].measured["batchnorm_drop"] == pytest.approx(0.01)
+    drop = v["F7a"].intervals["batchnorm drop - layernorm drop"]
+    assert v["F7a"].status == "FAIL" and drop["effect"] == pytest.approx(0.01)
+    assert drop["n"] == [2, 2, 2, 2]  # the failed seed is in no arm
 
 
 # --- F1: init probe ------------------------------------------------------------------------------
+JITTER = (1.0, 1.03, 0.98)  # per seed, a different one at each depth: the seeds' slopes differ
+
+
 def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict:
-    """init_probe groups with last_fc2 = c * L**slope and act_norm rising by pre_growth."""
+    """init_probe groups with last_fc2 = c * L**slope (each seed jittered) and act_norm rising
+    by pre_growth (each seed's ratio jittered)."""
     groups = []
     for placement, slope, growth in (("post", post_slope, 1.0), ("pre", pre_slope, pre_growth)):
-        for depth in (6, 12, 24, 48):
+        for k, depth in enumerate((6, 12, 24, 48)):
             act = [1.0 + (growth - 1.0) * i / (depth - 1) for i in range(depth)]
-            params = {"placement": placement, "n_layer": depth}
-            groups.append({"params": params, "last_fc2": 0.2 * depth**slope, "act_norm": act})
+            jitter = [JITTER[(k + i) % 3] for i in range(3)]
+            fc2 = [0.2 * depth**slope * j for j in jitter]
+            groups.append(
+                {
+                    "params": {"placement": placement, "n_layer": depth},
+                    "last_fc2": sum(fc2) / 3,
+                    "act_norm": act,
+                    "per_seed": {"last_fc2": fc2, "act_ratio": [growth * j for j in JITTER]},
+                }
+            )
     return {"variants": [], "init_probe": groups}
 
 
 def test_f1_pass_and_fail() -> None:
     good = evaluate("f1", probe_report(0.05, -0.5, 7.0))
     assert [v.status for v in good] == ["PASS"] * 4
-    assert good[0].measured["slope"] == pytest.approx(0.05, abs=1e-4)
-    assert good[1].measured["slope"] == pytest.approx(-0.5, abs=1e-4)
-    assert good[3].measured["ratio"] == pytest.approx(7.0)
-    bad = evaluate("f1", probe_report(0.2, -0.25, 1.5))
+    # The effect is the mean of the seeds' own least-squares slopes (numpy's fit, by hand).
+    report = probe_report(0.05, -0.5, 7.0)
+    post = [g for g in report["init_probe"] if g["params"]["placement"] == "post"]
+    x = np.log([g["params"]["n_layer"] for g in post])
+    slopes = [np.polyfit(x, np.log([g["per_seed"]["last_fc2"][i] for g in post]), 1)[0]
+              for i in range(3)]  # fmt: skip
+    assert good[0].intervals["slope"]["effect"] == pytest.approx(np.mean(slopes), abs=1e-4)
+    assert good[0].intervals["slope"]["n"] == [3]
+    assert good[3].intervals["last/first"]["effect"] == pytest.approx(
+        7.0 * np.prod(JITTER) ** (1 / 3), rel=1e-3
+    )  # the geometric mean of the seeds' ratios
+    bad = evaluate("f1", probe_report(0.3, -0.15, 1.5))
     assert [v.status for v in bad] == ["FAIL", "FAIL", "PASS", "FAIL"]
     assert [v.status for v in evaluate("f1", {"variants": []})] == ["NO DATA"] * 4
+    # A probe.json from before the per-seed values: NO DATA, naming the fix.
+    for g in report["init_probe"]:
+        del g["per_seed"]
+    old = evaluate("f1", report)
+    assert {v.status for v in old} == {"NO DATA"} and "rerun f1" in old[0].note
 
 
 # --- F5, F7: norms -------------------------------------------------------------------------------
@@ -122,14 +150,23 @@ def f7_report(accs: dict[str, dict[int, list[float | None]]]) -> dict:
 
 
 def test_f7_pass_and_fail() -> None:
-    flat = {4: [0.965, 0.965], 16: [0.97, 0.97], 64: [0.97, 0.97]}
-    bn = {4: [0.89, 0.91], 16: [0.95, 0.95], 64: [0.97, 0.97]}
+    flat = {4: [0.965, 0.965, 0.965], 16: [0.97, 0.97], 64: [0.97, 0.97]}
+    bn = {4: [0.89, 0.90, 0.91], 16: [0.95, 0.95], 64: [0.97, 0.97]}
     good = f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})
     v = by_id(evaluate("f7", good))
     assert v["F7a"].status == v["F7b"].status == "PASS"
-    assert v["F7a"].measured["batchnorm_drop"] == pytest.approx(0.07)
-    assert v["F7a"].measured["gap"] == pytest.approx(0.07 - 0.005)
-    assert v["F7b"].measured["layernorm_spread"] == pytest.approx(0.005)
+    gap = v["F7a"].intervals["batchnorm drop - layernorm drop"]
+    # 0.07 - 0.005; se = 0.01 / sqrt(3) from the one noisy arm, t(0.975, df=2) = 4.303
+    assert gap["effect"] == pytest.approx(0.065)
+    assert gap["lo"] == pytest.approx(0.065 - 4.303 * 0.01 / 3**0.5, abs=1e-4)
+    assert v["F7b"].intervals["layernorm b4 - b64"]["effect"] == pytest.approx(-0.005)
+
+    # Two seeds a side with the same spread: t(0.975, 1) = 12.7 cannot resolve 0.02.
+    two = {4: [0.97, 0.97], 64: [0.97, 0.97]}
+    noisy = f7_report({"batchnorm": {4: [0.89, 0.91], 64: [0.97, 0.97]}, "layernorm": two,
+                       "rmsnorm": two})  # fmt: skip
+    v = by_id(evaluate("f7", noisy))
+    assert v["F7a"].status == "INCONCLUSIVE" and "seeds per arm would settle it" in v["F7a"].note
 
     # BatchNorm drops 0.01 while LayerNorm drops 0.05: both claims fail.
     bad = f7_report(
@@ -141,12 +178,16 @@ def test_f7_pass_and_fail() -> None:
     )
     assert [x.status for x in evaluate("f7", bad)] == ["FAIL", "FAIL"]
 
-    # A diverged BatchNorm seed at batch 4 scores 0: a drop no noise explains.
+    # A diverged BatchNorm seed at batch 4 scores 0: with one other seed, a drop of 0.49 whose
+    # interval (two seeds, 0 and 0.96) still straddles the margin.
     ends = {4: flat[4], 64: flat[64]}
     diverged = f7_report(
         {"batchnorm": {4: [None, 0.96], 64: [0.97, 0.97]}, "layernorm": ends, "rmsnorm": ends}
     )
-    assert by_id(evaluate("f7", diverged))["F7a"].status == "PASS"
+    drop = by_id(evaluate("f7", diverged))["F7a"].intervals["batchnorm drop - rmsnorm drop"]
+    assert (
+        drop["effect"] == pytest.approx(0.97 - 0.48 - 0.005) and drop["outcome"] == "INCONCLUSIVE"
+    )
     assert {x.status for x in evaluate("f7", {"variants": []})} == {"NO DATA"}
 
 
@@ -213,17 +254,20 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
     assert {k: x.status for k, x in v.items()} == dict.fromkeys(
         ("F6a", "F6b", "F6c", "F6d"), "PASS"
     )
-    assert v["F6a"].measured["growth"] == pytest.approx(250.0)
-    assert v["F6b"].measured["growth"] == pytest.approx(3.0)
-    # over two decades of lr: 250x is 15.8x a decade, 3x is 1.73x, against sqrt(10) = 3.16x
-    assert v["F6a"].measured["per_decade"] == pytest.approx(250**0.5, rel=1e-3)
-    assert v["F6b"].measured["per_decade"] == pytest.approx(3**0.5, rel=1e-3)
+    # 2000 / 8 = 250x and 12 / 4 = 3x over two decades of lr: 15.8x and 1.73x a decade,
+    # against sqrt(10) = 3.16x (both seeds alike: the intervals are points)
+    assert v["F6a"].intervals["growth per decade"]["effect"] == pytest.approx(250**0.5, rel=1e-3)
+    assert v["F6b"].intervals["qk growth per decade"]["effect"] == pytest.approx(3**0.5, rel=1e-3)
     # 15x over 300x of lr (2.48 decades): 2.98x a decade, bounded; the same rise over one
     # decade is not.
+    from analysis import stats
     from analysis.findings.lr import PER_DECADE, per_decade
 
-    assert per_decade(15.0, [1e-3, 3e-1]) < PER_DECADE < per_decade(15.0, [1e-3, 1e-2])
-    assert v["F6c"].measured["gap"] == pytest.approx(((2.5 - 2.45) + (4.6 - 2.6)) / 2)
+    rise = stats.ratio_interval([15.0, 15.0], [1.0, 1.0])
+    assert per_decade(rise, [1e-3, 3e-1]).effect < PER_DECADE
+    assert per_decade(rise, [1e-3, 1e-2]).effect > PER_DECADE
+    gap = v["F6c"].intervals["no-qk - qk"]
+    assert gap["effect"] == pytest.approx(((2.5 - 2.45) + (4.6 - 2.6)) / 2)
     assert v["F6d"].measured["no_qk"] == pytest.approx((0.2 + 0 + 2.1) / 3, abs=1e-4)
     assert v["F6d"].measured["qk"] == pytest.approx((0.25 + 0 + 0.15) / 3, abs=1e-4)
 
@@ -231,7 +275,7 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
     same = {1e-3: ([2.7, 2.7], 8.0), 1e-2: ([2.5, 2.5], 20.0), 1e-1: ([2.9, 2.9], 40.0)}
     bad = by_id(evaluate("f6", f6_report(tmp_path / "bad", {False: same, True: same})))
     assert {k: x.status for k, x in bad.items()} == dict.fromkeys(bad, "FAIL")
-    assert bad["F6d"].measured["gap"] == 0.0
+    assert bad["F6d"].intervals["sensitivity no-qk - qk"]["effect"] == 0.0
 
     # One seed per variant, or no metrics.csv: no verdict.
     one_seed = f6_report(tmp_path / "one", {qk: {1e-3: ([2.7], 8.0)} for qk in (False, True)})
@@ -264,23 +308,25 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
     v = by_id(evaluate("f13", drifting))
     assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "PASS", "PASS"]
     # F13b compares qk with qk + z-loss: (0.52 + 0 + 0.12 + 0.52) / 4 - (0.1 + 0 + 0.05 + 0.09) / 4
-    assert v["F13b"].measured["gap"] == pytest.approx(0.29 - 0.06)
+    assert v["F13b"].intervals["sensitivity none - with"]["effect"] == pytest.approx(0.29 - 0.06)
     # Wortsman's sensitivity: mean over lrs of loss - best; the diverged lr at l0 = 4.6.
     assert v["F13a"].measured["none"]["sensitivity"] == pytest.approx((0.5 + 0 + 0.7 + 2.1) / 4)
     assert v["F13a"].measured["with"]["sensitivity"] == pytest.approx((0.52 + 0 + 0.12 + 0.52) / 4)
-    assert v["F13a"].measured["best_gap"] == pytest.approx(-0.02)
+    assert v["F13a"].intervals["best with - none"]["effect"] == pytest.approx(-0.02)
     inert = {**curves, (True, 1e-4): curves[(True, 0.0)]}  # z-loss changes nothing on qk
     moved = by_id(evaluate("f13", report(-5.0, inert)))["F13b"]
-    assert moved.status == "FAIL" and moved.measured["gap"] == 0.0  # log Z fell 5 nats
+    gap = "sensitivity none - with"
+    assert moved.status == "FAIL" and moved.intervals[gap]["effect"] == 0.0  # log Z fell 5 nats
     # log Z rose 0.3 nats: z-loss had nothing to act on, so F13b cannot be tested here.
     still = by_id(evaluate("f13", report(0.3, inert)))["F13b"]
-    assert still.status == "NOT TESTABLE" and still.measured["gap"] == 0.0
+    assert still.status == "NOT TESTABLE" and still.intervals[gap]["effect"] == 0.0
     assert still.note.startswith(
         "NOT TESTABLE AT THIS SIZE: without z-loss log Z fell at most 0.00 nats below its "
         "end-of-warmup value at lr 1 (it rose up to 0.30"
     )
     # Both: every lr within 0.1 of 2.45, a 1000x span; without: only the best lr (1x).
-    assert v["F13c"].measured["span"] == "1000x" and v["F13c"].measured["none_span"] == "1x"
+    assert v["F13c"].intervals["span with both"]["effect"] == pytest.approx(1000)
+    assert v["F13c"].intervals["span both / none"]["effect"] == pytest.approx(1000)
     # F6 reads the arms without z-loss of the same sweep.
     f6 = by_id(evaluate("f6", drifting))
     assert f6["F6d"].status == "PASS" and f6["F6d"].measured["no_qk"] == pytest.approx(0.825)

@@ -101,11 +101,12 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
     report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
     v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
     # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
-    assert v.status == "PASS" and v.measured["ratio"] == pytest.approx(3.0)
+    ratio = v.intervals["post / deepnorm"]
+    assert v.status == "PASS" and ratio["effect"] == pytest.approx(3.0) and ratio["n"] == [2, 2]
     assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
     report["variants"][1] = variant("deepnorm", 4.0)
     v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
-    assert v.status == "FAIL" and v.measured["ratio"] == pytest.approx(1.5)
+    assert v.status == "FAIL" and v.intervals["post / deepnorm"]["effect"] == pytest.approx(1.5)
     with pytest.raises(NoData):  # window 1..0: nothing logged there
         post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
 

@@ -66,17 +66,25 @@ LNS = {"cos": [0.1, 0.5, 0.8, 0.9, 0.9, 0.92, 0.94, 0.96], "rms": [1, 2, 3, 4, 4
 def test_f9_pass(tmp_path: Path) -> None:
     v = by_id(evaluate("f9", f9_report(tmp_path, PRE, LNS)))
     assert {k: x.status for k, x in v.items()} == dict.fromkeys(F9, "PASS")
-    assert v["F9a"].measured["growth"] == pytest.approx(2.0)  # 8 / 4
+    assert v["F9a"].intervals["RMS after L / after L/2"]["effect"] == pytest.approx(2.0)  # 8 / 4
     assert v["F9b"].measured["cos_late"] == pytest.approx(0.9725)  # mean of 0.95 .. 0.99
-    assert v["F9c"].measured["drop"] == pytest.approx(0.9725 - 0.93)
+    drop = v["F9c"].intervals["pre - lns later-half cos"]
+    assert drop["effect"] == pytest.approx(0.9725 - 0.93) and drop["n"] == [2, 2]
     assert v["F9d"].measured == {"L8_lns": 2.78, "L8_pre": 2.8}
 
 
 def test_f9_fail_and_no_data(tmp_path: Path) -> None:
     flat = {"cos": [0.1, 0.5, 0.6, 0.7, 0.8, 0.85, 0.85, 0.88], "rms": [1, 2, 3, 4, 4, 4, 4, 4.4]}
     v = by_id(evaluate("f9", f9_report(tmp_path, flat, flat, pre_loss=2.8, lns_loss=2.9)))
-    # Growth 1.1 < 1.2; later-half cos 0.845 < 0.9; no drop; LNS 0.1 worse > 0.05.
-    assert [v[c].status for c in F9] == ["FAIL"] * 4
+    # Growth 1.1 < 1.2; later-half cos 0.845 < 0.9; LNS 0.1 worse > 0.05; and F9c rests on
+    # F9a's growth: without it there is nothing for LNS to damp.
+    assert [v[c].status for c in F9] == ["FAIL", "FAIL", "NOT TESTABLE", "FAIL"]
+    assert "RMS grew only x1.10 [1.10, 1.10] over the later half" in v["F9c"].note
+    # With the growth there, an LNS that leaves the cosine where it was fails F9c.
+    grown = {"cos": flat["cos"], "rms": PRE["rms"]}
+    (tmp_path / "g").mkdir()
+    v = by_id(evaluate("f9", f9_report(tmp_path / "g", grown, grown)))
+    assert v["F9c"].status == "FAIL"
     (tmp_path / "b").mkdir()
     report = f9_report(tmp_path / "b", PRE, LNS)
     for run in report["variants"][1]["runs"]:

@@ -65,10 +65,11 @@ def test_f8_pass_and_fail(tmp_path: Path) -> None:
     v = by_id(evaluate("f8", good))
     assert [v[c].status for c in ("F8a", "F8b", "F8c")] == ["PASS"] * 3
     assert v["F8a"].measured["pre_last_over_first"] == 4.0
-    assert v["F8b"].measured["rms_growth"] == pytest.approx(20 / 3, rel=1e-3)
-    assert v["F8b"].measured["max_growth"] == pytest.approx(100 / 12, rel=1e-3)
+    assert v["F8b"].intervals["rms growth"]["effect"] == pytest.approx(20 / 3, rel=1e-3)
+    assert v["F8b"].intervals["max growth"]["effect"] == pytest.approx(100 / 12, rel=1e-3)
     # pre's last layer grew 20/3, sandwich's 6/2: 2.22x faster
-    assert v["F8c"].measured["growth_ratio"] == pytest.approx((20 / 3) / (6 / 2), rel=1e-3)
+    ratio = v["F8c"].intervals["pre growth / peri growth"]
+    assert ratio["effect"] == pytest.approx((20 / 3) / (6 / 2), rel=1e-3) and ratio["n"] == [2, 2]
     # Half of pre's values everywhere but the same growth: lower, not more balanced.
     half = residual([0.5, 1.0, 1.5], [2.5, 5.0, 10.0], 50.0)
     rows = [variant(tmp_path / "h", {"placement": p}, [x, x]) for p, x in (("pre", pre),
@@ -114,10 +115,13 @@ def test_f10_pass_fail_and_no_data(tmp_path: Path) -> None:
     )
     v = by_id(evaluate("f10", good))
     assert [v[c].status for c in ("F10a", "F10b", "F10c")] == ["PASS"] * 3
-    assert v["F10a"].measured["top_lr"] == 0.05 and v["F10a"].measured["lowest_lr"] == 2.0
-    assert v["F10b"].measured["lowest"] == 1.5
+    a = v["F10a"].intervals
+    assert a["min entropy at lr 0.1"]["effect"] == 0.05
+    assert a["min entropy at lr 0.001"]["effect"] == 2.0
+    assert v["F10b"].intervals["min entropy at lr 0.1"]["effect"] == 1.5
     assert v["F10c"].measured["collapsed_lrs"] == ["0.1"]  # 0.8 nats is low, not collapsed
-    assert v["F10c"].measured["gap"] == {"0.1": "inf (diverged)"}  # a diverged seed: +inf
+    gap = v["F10c"].intervals["no-qk - qk at lr 0.1"]  # a diverged seed: +inf, decided
+    assert gap["effect"] == "inf (diverged)" and gap["outcome"] == "PASS"
     assert v["F10c"].measured["diverged_runs"] == 1
     # QK-norm collapses as well (0.08 < 0.1 nats) and changes no loss.
     same = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.08, [2.6, 2.6])}

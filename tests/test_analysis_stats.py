@@ -110,3 +110,37 @@ def test_the_lr_table_ranks_in_tie_groups() -> None:
     assert [(e["label"], e["rank"]) for e in lr_sweep.ranked(entries)] == [
         ("a", 1), ("b", 1), ("c", 3)
     ]  # fmt: skip
+
+
+def test_contrast_interval_by_hand_and_as_welch() -> None:
+    # Two arms weighted (1, -1) are Welch's difference.
+    a, b = [2.61, 2.58, 2.66], [2.50, 2.55, 2.49, 2.57]
+    ref = sp.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    ci = stats.contrast_interval((a, b), (1, -1))
+    assert (ci.lo, ci.hi) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    # A drop minus a drop, one noisy arm: (0.97 - 0.90) - (0.97 - 0.965), se = 0.01 / sqrt(3)
+    # from that arm alone, so df = 2 and the half-width is t(0.975, 2) * 0.01 / sqrt(3).
+    arms = ([0.97, 0.97], [0.89, 0.90, 0.91], [0.97, 0.97], [0.965, 0.965])
+    ci = stats.contrast_interval(arms, (1, -1, -1, 1))
+    half = sp.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
+    assert ci.effect == pytest.approx(0.065)
+    assert (ci.lo, ci.hi) == pytest.approx((0.065 - half, 0.065 + half), rel=1e-9)
+    with pytest.raises(ValueError, match="finite"):
+        stats.contrast_interval(([1.0, math.inf], [1.0, 2.0]), (1, -1))
+
+
+def test_ratio_interval_is_the_t_interval_on_logs() -> None:
+    xs = [2.0, 2.5, 3.1, 2.2]
+    ref = sp.ttest_1samp([math.log(x) for x in xs], 0.0).confidence_interval(0.95)
+    ci = stats.ratio_interval(xs)
+    assert ci.effect == pytest.approx(math.prod(xs) ** 0.25)  # the geometric mean
+    assert (ci.lo, ci.hi) == pytest.approx((math.exp(ref.low), math.exp(ref.high)), rel=1e-9)
+    two = stats.ratio_interval([6.0, 7.0, 6.5], [3.0, 2.8])
+    assert two.effect == pytest.approx((6 * 7 * 6.5) ** (1 / 3) / math.sqrt(3.0 * 2.8))
+    assert two.scale == "log" and stats.outcome(two, 2.0, "above") == "INCONCLUSIVE"
+    # seeds_needed measures the distance on the logs, where the sds are
+    ci = stats.ratio_interval([2.1, 2.6, 1.9])
+    need = stats.seeds_needed(ci, 1.5, "above")
+    assert need is not None and need > 3
+    with pytest.raises(ValueError, match="positive"):
+        stats.ratio_interval([1.0, 0.0])

@@ -10,7 +10,9 @@ runs on each of K batches. Per layer i it records
     grad_norm/fc2    of blocks[i].mlp.fc2.weight
     act_norm         RMS of the residual stream after blocks[i]
 
-and reports the mean and the sample std over the seeds x K samples; ``last_fc2_grad_norm`` is
+and reports the mean and the sample std over the seeds x K samples, and each seed's own mean
+over its K batches of the last FFN gradient and of act_norm's last/first ratio (``per_seed``, so
+the verdicts can put an interval over seeds on them); ``last_fc2_grad_norm`` is
 grad_norm/fc2 of the last layer. Xiong's prediction: last_fc2 stays flat across depth L for
 Post-LN and falls like 1/sqrt(L) for Pre-LN (``depth_slopes`` fits log last_fc2 against log L:
 about 0 and -0.5); act_norm is flat across layers for Post-LN and grows with the layer for Pre-LN.
@@ -128,12 +130,20 @@ def sweep(
         for n_layer in depths:
             cfg = replace(base, placement=replace(base.placement, name=placement), n_layer=n_layer)
             samples: list[dict] = []
+            per_seed: dict[str, list[float]] = {"last_fc2": [], "act_ratio": []}
             for seed in seeds:
                 torch.manual_seed(seed)
                 model = spec_of(cfg).module(cfg)
                 model.profile_init(batches[0][0])  # Admin's omegas, as training sets them
-                samples += [measure_at_init(model, x, y) for x, y in batches]
+                mine = [measure_at_init(model, x, y) for x, y in batches]
+                samples += mine
+                act = mean_std([s["act_norm"] for s in mine])["mean"]
+                per_seed["last_fc2"].append(
+                    mean_std([s["grad_norm/fc2"][-1:] for s in mine])["mean"][0]
+                )
+                per_seed["act_ratio"].append(act[-1] / act[0])
             run = {"placement": placement, "n_layer": n_layer, "n_samples": len(samples)}
+            run["per_seed"] = per_seed  # each seed's mean over the K batches (seed intervals)
             for key in ("loss", *PER_LAYER):
                 run[key] = mean_std([s[key] for s in samples])
             run["loss"] = {k: v[0] for k, v in run["loss"].items()}

@@ -265,6 +265,22 @@ def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
     return out
 
 
+RunMeasure = Callable[[dict, int], float | None]  # (report run record, n_layer) -> value
+
+
+def per_seed(row: dict, measure: RunMeasure, what: str) -> list[float]:
+    """``measure`` of each of the variant's finished runs, one value a seed (runs without it
+    left out); NO DATA under MIN_SEEDS values."""
+    found = [
+        x
+        for r in finished(row)
+        if (x := measure(r, int(row["params"].get("n_layer") or 0))) is not None
+    ]
+    if len(found) < MIN_SEEDS:
+        raise too_few(row, len(found), f"finished runs with {what} logged")
+    return found
+
+
 def enough_scores(row: dict, min_seeds: int = MIN_SEEDS) -> list[float]:
     """scores(row), or NO DATA under ``min_seeds`` finished runs."""
     values = scores(row)

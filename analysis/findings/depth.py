@@ -14,7 +14,6 @@ Thresholds (losses in nats; see common.py for WORSE and CLOSE):
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from analysis.findings.common import (
     Check,
     NoData,
     Verdict,
-    decide,
     decide_all,
     decide_interval,
     diff,
@@ -122,9 +120,9 @@ def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
                            post=post, pre=pre)  # fmt: skip
 
 
-def early_update(row: dict, max_steps: int) -> float:
-    """Mean over seeds of each run's mean update/model over the logged steps 0 < s <=
-    EARLY_FRACTION * max_steps (step 0 is the reference itself)."""
+def early_update(row: dict, max_steps: int) -> list[float]:
+    """Each finished run's mean update/model over the logged steps 0 < s <= EARLY_FRACTION *
+    max_steps (step 0 is the reference itself), one value a seed."""
     means = []
     for run in finished(row):
         series = run_series(run["run_dir"], "update/model")
@@ -133,7 +131,7 @@ def early_update(row: dict, max_steps: int) -> float:
             means.append(statistics.fmean(early))
     if len(means) < MIN_SEEDS:
         raise too_few(row, len(means), "finished runs with update/model logged early")
-    return statistics.fmean(means)
+    return means
 
 
 def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
@@ -146,12 +144,12 @@ def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
     post = early_update(variant(report, placement="post", n_layer=depth, **at), max_steps)
     deep = early_update(variant(report, placement="deepnorm", n_layer=depth, **at), max_steps)
     v.threshold = (
-        f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps)"
+        f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps; "
+        "95% interval)"
     )
-    ratio = post / deep if deep > 0 else math.inf
-    return decide(
-        v, ratio >= UPDATE_RATIO, depth=depth, post=post, deepnorm=deep, ratio=ratio, **at
-    )
+    ci = stats.ratio_interval(post, deep)
+    shown = {"depth": depth, "post": statistics.fmean(post), "deepnorm": statistics.fmean(deep)}
+    return decide_interval(v, "post / deepnorm", ci, UPDATE_RATIO, "above", **shown, **at)
 
 
 # --- Placements at depth -------------------------------------------------------------------------

@@ -1,13 +1,18 @@
 """F1 (Xiong et al. 2020): gradients and residual norms at initialization against depth, from
-the report's init-probe groups.
+the report's init-probe groups, each claim on its 95% interval over the probe's seeds (each seed
+a freshly initialized model at every depth; analysis/stats.py).
 
 Thresholds on log-log slopes: flat |slope| < 0.15 (theory 0), shrinking < -0.3 (theory -0.5);
-residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing).
+residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing). A probe.json
+without per-seed values (written before they were recorded) gives NO DATA: rerun f1.
 """
 
 from __future__ import annotations
 
-from analysis.findings.common import NoData, Verdict, decide, rnd
+import statistics
+
+from analysis import stats
+from analysis.findings.common import NoData, Verdict, decide_all, decide_interval, rnd
 from analysis.runs import log_slope
 
 FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 0.15, -0.3, 1.5, 2.0
@@ -21,38 +26,57 @@ def probe_series(report: dict, placement: str) -> list[dict]:
     return groups
 
 
-def fc2_slope(report: dict, placement: str) -> tuple[float, dict]:
+def seed_values(group: dict, key: str) -> list[float]:
+    found = (group.get("per_seed") or {}).get(key) or []
+    if len(found) < 2:
+        raise NoData(f"probe.json has {len(found)} per-seed {key} values, need >= 2: rerun f1")
+    return found
+
+
+def fc2_slopes(report: dict, placement: str) -> tuple[list[float], dict]:
+    """One log-log slope of the last FFN gradient against depth per seed, and the means."""
     groups = probe_series(report, placement)
     depths = [g["params"]["n_layer"] for g in groups]
-    fc2 = [g["last_fc2"] for g in groups]
-    return log_slope(depths, fc2), {f"L{d}": rnd(v, 5) for d, v in zip(depths, fc2, strict=True)}
+    per_depth = [seed_values(g, "last_fc2") for g in groups]
+    n = min(len(xs) for xs in per_depth)
+    slopes = [log_slope(depths, [xs[i] for xs in per_depth]) for i in range(n)]
+    means = {f"L{d}": rnd(statistics.fmean(xs), 5) for d, xs in zip(depths, per_depth, strict=True)}
+    return slopes, means
 
 
-def residual_ratio(report: dict, placement: str) -> tuple[float, int]:
+def residual_ratios(report: dict, placement: str) -> tuple[list[float], int]:
     deepest = probe_series(report, placement)[-1]
-    act = deepest["act_norm"]
-    return act[-1] / act[0], deepest["params"]["n_layer"]
+    return seed_values(deepest, "act_ratio"), deepest["params"]["n_layer"]
 
 
 def f1_post_grad_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
-    slope, per_depth = fc2_slope(report, "post")
-    v.threshold = f"|slope| < {FLAT_SLOPE}"
-    return decide(v, abs(slope) < FLAT_SLOPE, slope=slope, last_fc2_grad=per_depth)
+    slopes, per_depth = fc2_slopes(report, "post")
+    v.threshold = f"|slope| < {FLAT_SLOPE} (95% interval)"
+    return decide_interval(v, "slope", stats.mean_interval(slopes), FLAT_SLOPE, "within",
+                           last_fc2_grad=per_depth)  # fmt: skip
 
 
 def f1_pre_grad_shrinks(report: dict, settings: dict, v: Verdict) -> Verdict:
-    slope, per_depth = fc2_slope(report, "pre")
-    v.threshold = f"slope < {SHRINK_SLOPE}"
-    return decide(v, slope < SHRINK_SLOPE, slope=slope, last_fc2_grad=per_depth)
+    slopes, per_depth = fc2_slopes(report, "pre")
+    v.threshold = f"slope < {SHRINK_SLOPE} (95% interval)"
+    return decide_interval(v, "slope", stats.mean_interval(slopes), SHRINK_SLOPE, "below",
+                           last_fc2_grad=per_depth)  # fmt: skip
 
 
 def f1_post_residual_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
-    ratio, depth = residual_ratio(report, "post")
-    v.threshold = f"1/{FLAT_RATIO} <= last/first <= {FLAT_RATIO}"
-    return decide(v, 1 / FLAT_RATIO <= ratio <= FLAT_RATIO, ratio=ratio, depth=depth)
+    ratios, depth = residual_ratios(report, "post")
+    ci = stats.ratio_interval(ratios)
+    v.threshold = f"1/{FLAT_RATIO} <= last/first <= {FLAT_RATIO} (95% interval)"
+    v.measured.update(depth=depth)
+    parts = {
+        "last/first (low side)": (ci, 1 / FLAT_RATIO, "above"),
+        "last/first (high side)": (ci, FLAT_RATIO, "below"),
+    }
+    return decide_all(v, parts)
 
 
 def f1_pre_residual_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
-    ratio, depth = residual_ratio(report, "pre")
-    v.threshold = f"last/first >= {GROW_RATIO}"
-    return decide(v, ratio >= GROW_RATIO, ratio=ratio, depth=depth)
+    ratios, depth = residual_ratios(report, "pre")
+    v.threshold = f"last/first >= {GROW_RATIO} (95% interval)"
+    return decide_interval(v, "last/first", stats.ratio_interval(ratios), GROW_RATIO, "above",
+                           depth=depth)  # fmt: skip

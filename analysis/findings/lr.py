@@ -6,10 +6,12 @@ claims read the arms without z-loss.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from typing import Any
 
+from analysis import stats
 from analysis.findings.common import (
     CLOSE,
     MIN_SEEDS,
@@ -17,8 +19,10 @@ from analysis.findings.common import (
     Check,
     NoData,
     Verdict,
-    decide,
+    decide_all,
+    decide_interval,
     finished,
+    measure,
     too_few,
     untestable,
     values,
@@ -54,16 +58,16 @@ def arm(report: dict, qk: bool, z: float = 0.0) -> dict[str, Any]:
     return {QK: qk, Z: z} if values(report, Z) else {QK: qk}
 
 
-def peak_logit(row: dict) -> float:
-    """Mean over seeds of each run's largest logged attn/max_logit."""
-    peaks = [
+def peaks(row: dict) -> list[float]:
+    """Each finished run's largest logged attn/max_logit, one value a seed."""
+    found = [
         max(y for _, y in s)
         for r in finished(row)
         if (s := run_series(r["run_dir"], "attn/max_logit"))
     ]
-    if len(peaks) < MIN_SEEDS:
-        raise too_few(row, len(peaks), "finished runs with attn/max_logit logged")
-    return statistics.fmean(peaks)
+    if len(found) < MIN_SEEDS:
+        raise too_few(row, len(found), "finished runs with attn/max_logit logged")
+    return found
 
 
 def final_loss(run: dict) -> float | None:
@@ -101,72 +105,91 @@ def lr_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:
     return {lr: statistics.fmean(by_seed.values()) for lr, by_seed in losses.items()}
 
 
+def seed_curves(losses: dict[float, dict[Any, float]]) -> list[dict[float, float]]:
+    """One loss-vs-lr curve per seed that ran at every lr."""
+    seeds = set.intersection(*(set(by_seed) for by_seed in losses.values()))
+    if len(seeds) < MIN_SEEDS:
+        raise NoData(f"{len(seeds)} seeds ran at every lr, need >= {MIN_SEEDS}")
+    return [{lr: by_seed[s] for lr, by_seed in losses.items()} for s in sorted(seeds, key=str)]
+
+
 PER_DECADE = LOGIT_GROWTH**0.5  # the logit growth bound per decade of lr
 
 
-def per_decade(growth: float, lrs: list[float]) -> float:
-    """A growth over the swept lrs as a factor per decade (tenfold) of lr."""
-    return growth ** (1 / math.log10(lrs[-1] / lrs[0]))
+def per_decade(growth: stats.Interval, lrs: list[float]) -> stats.Interval:
+    """A growth factor over the swept lrs (an interval on logs) as a factor per decade of lr."""
+    k = 1 / math.log10(lrs[-1] / lrs[0])
+    return dataclasses.replace(
+        growth,
+        effect=growth.effect**k,
+        lo=growth.lo**k,
+        hi=growth.hi**k,
+        sd=tuple(x * k for x in growth.sd),
+    )
+
+
+def logit_growth(report: dict, qk: bool) -> tuple[stats.Interval, list[float], list[float]]:
+    lrs = values(report, "lr")
+    if len(lrs) < 2:
+        raise NoData(f"learning rates {lrs}: need >= 2")
+    low, top = (peaks(variant(report, lr=lr, **arm(report, qk))) for lr in (lrs[0], lrs[-1]))
+    return per_decade(stats.ratio_interval(top, low), lrs), low, top
 
 
 def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
     lrs = values(report, "lr")
-    if len(lrs) < 2:
-        raise NoData(f"learning rates {lrs}: need >= 2")
-    low, top = (
-        peak_logit(variant(report, lr=lr, **arm(report, False))) for lr in (lrs[0], lrs[-1])
-    )
-    rate = per_decade(top / low, lrs)
+    rate, low, top = logit_growth(report, False)
     v.threshold = (
-        f"max logit growth from lr {lrs[0]:g} to {lrs[-1]:g} >= {PER_DECADE:.2f}x a decade"
+        f"max logit growth from lr {lrs[0]:g} to {lrs[-1]:g} >= {PER_DECADE:.2f}x a decade "
+        "(95% interval)"
     )
-    return decide(v, rate >= PER_DECADE, lowest_lr=low, top_lr=top, growth=top / low,
-                  per_decade=rate)  # fmt: skip
+    shown = {"lowest_lr": statistics.fmean(low), "top_lr": statistics.fmean(top)}
+    return decide_interval(v, "growth per decade", rate, PER_DECADE, "above", **shown)
 
 
 def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
     lrs = values(report, "lr")
-    if len(lrs) < 2:
-        raise NoData(f"learning rates {lrs}: need >= 2")
-    low, top = (peak_logit(variant(report, lr=lr, **arm(report, True))) for lr in (lrs[0], lrs[-1]))
-    plain = peak_logit(variant(report, lr=lrs[-1], **arm(report, False)))
-    rate = per_decade(top / low, lrs)
+    rate, low, top = logit_growth(report, True)
+    plain = peaks(variant(report, lr=lrs[-1], **arm(report, False)))
     v.threshold = (
         f"qk growth < {PER_DECADE:.2f}x a decade of lr, no-qk / qk >= {LOGIT_GROWTH:g} at the "
-        "top lr"
+        "top lr (95% intervals)"
     )
-    ok = rate < PER_DECADE and plain >= LOGIT_GROWTH * top
-    return decide(v, ok, qk_lowest_lr=low, qk_top_lr=top, growth=top / low, per_decade=rate,
-                  no_qk_top_lr=plain)  # fmt: skip
+    measure(v, qk_lowest_lr=statistics.fmean(low), qk_top_lr=statistics.fmean(top),
+            no_qk_top_lr=statistics.fmean(plain))  # fmt: skip
+    parts = {
+        "qk growth per decade": (rate, PER_DECADE, "below"),
+        f"no-qk / qk at lr {lrs[-1]:g}": (stats.ratio_interval(plain, top), LOGIT_GROWTH, "above"),
+    }
+    return decide_all(v, parts)
 
 
 def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
-    plain, qk = lr_curve(lr_losses(report, False)), lr_curve(lr_losses(report, True))
+    plain, qk = lr_losses(report, False), lr_losses(report, True)
     top = sorted(plain)[-TOP_LRS:]
-    gap = statistics.fmean(plain[lr] - qk[lr] for lr in top)
-    v.threshold = f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {WORSE}"
-    per_lr = {f"{lr:g}": f"{plain[lr]:.3f} vs {qk[lr]:.3f}" for lr in top}
-    return decide(v, gap >= WORSE, gap=gap, no_qk_vs_qk=per_lr)
+    arms = [list(by[lr].values()) for lr in top for by in (plain, qk)]
+    weights = [w / len(top) for _ in top for w in (1.0, -1.0)]
+    v.threshold = (
+        f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {WORSE} (95% interval)"
+    )
+    means = lr_curve(plain), lr_curve(qk)
+    per_lr = {f"{lr:g}": f"{means[0][lr]:.3f} vs {means[1][lr]:.3f}" for lr in top}
+    return decide_interval(v, "no-qk - qk", stats.contrast_interval(arms, weights), WORSE,
+                           "above", no_qk_vs_qk=per_lr)  # fmt: skip
 
 
 def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdict:
     measured: dict[str, Any] = {}
-    sens = {}
-    for qk, arm in ((False, "no_qk"), (True, "qk")):
+    per_seed = {}
+    for qk, name in ((False, "no_qk"), (True, "qk")):
         losses = lr_losses(report, qk)
         curve = lr_curve(losses)
-        sens[arm] = sensitivity(curve)
-        measured[arm] = sens[arm]
-        measured[f"{arm}_loss_per_lr"] = {f"{lr:g}": round(x, 3) for lr, x in curve.items()}
-        seeds = set.intersection(*(set(by_seed) for by_seed in losses.values()))
-        per_seed = [sensitivity({lr: by[s] for lr, by in losses.items()}) for s in sorted(seeds)]
-        if len(per_seed) > 1:
-            measured[f"{arm}_per_seed"] = (
-                f"{statistics.fmean(per_seed):.3f} ± {statistics.stdev(per_seed):.3f}"
-            )
-    v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {SENS_GAP}"
-    gap = sens["no_qk"] - sens["qk"]
-    return decide(v, gap >= SENS_GAP, **measured, gap=gap)
+        per_seed[name] = [sensitivity(c) for c in seed_curves(losses)]
+        measured[name] = sensitivity(curve)
+        measured[f"{name}_loss_per_lr"] = {f"{lr:g}": round(x, 3) for lr, x in curve.items()}
+    v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {SENS_GAP} (95% interval, per seed)"
+    ci = stats.diff_interval(per_seed["no_qk"], per_seed["qk"])
+    return decide_interval(v, "sensitivity no-qk - qk", ci, SENS_GAP, "above", **measured)
 
 
 # --- F13: Wortsman et al.'s Figure 1: loss vs lr with qk-layernorm and z-loss ---------------------
@@ -193,28 +216,39 @@ def z_on(report: dict) -> float:
 def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
     """Claim check: an intervention (qk-layernorm on a model without it, or z-loss on a model
     with ``base_qk``) lowers the LR sensitivity by SENS_GAP and keeps the best loss within CLOSE
-    (Figure 1: the curves meet at the best lr and part at high rates). z-loss acts on log Z only:
-    when it lowers nothing and log Z did not fall without it at the top rate (F12's rule), the
-    size cannot test it."""
+    (Figure 1: the curves meet at the best lr and part at high rates), each on its 95% interval
+    over seeds (one curve a seed). z-loss acts on log Z only: when it lowers nothing and log Z
+    did not fall without it at the top rate (F12's rule), the size cannot test it."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
         z = z_on(report) if z_arm else 0.0
+        base_losses, losses = lr_losses(report, base_qk, 0.0), lr_losses(report, qk, z)
         base, base_shown = curve_of(report, base_qk, 0.0)
         with_, shown = curve_of(report, qk, z)
-        gap = sensitivity(base) - sensitivity(with_)
-        best_gap = min(with_.values()) - min(base.values())
+        seeds = {"none": seed_curves(base_losses), "with": seed_curves(losses)}
+        sens = {k: [sensitivity(c) for c in cs] for k, cs in seeds.items()}
+        best = {k: [min(c.values()) for c in cs] for k, cs in seeds.items()}
         v.threshold = (
             f"sensitivity(none) - sensitivity(with) >= {SENS_GAP} and best(with) <= "
-            f"best(none) + {CLOSE}"
+            f"best(none) + {CLOSE} (95% intervals, per seed)"
         )
-        ok = gap >= SENS_GAP and best_gap <= CLOSE
-        measured = {"none": base_shown, "with": shown, "gap": gap, "best_gap": best_gap}
+        measure(v, **{"none": base_shown, "with": shown})
+        parts = {
+            "sensitivity none - with": (
+                stats.diff_interval(sens["none"], sens["with"]),
+                SENS_GAP,
+                "above",
+            ),
+            "best with - none": (stats.diff_interval(best["with"], best["none"]), CLOSE, "below"),
+        }
+        decide_all(v, parts)
         warmup = int(settings.get("warmup_steps") or 0)
+        ok = v.status == "PASS"
         why = z_arm and not ok and no_divergence(report, max(base), warmup, **arm(report, base_qk))
         if why:
             reason = f"{why} (F12 gives it 1000 steps; the GPU size, --size gpu, 3k at d=512)"
-            return untestable(v, reason, **measured)
-        return decide(v, ok, **measured)
+            return untestable(v, reason)  # the intervals stay: what the size did measure
+        return v
 
     return check
 
@@ -232,14 +266,20 @@ def flat_span(curve: dict[float, float]) -> float:
 
 
 def f13_combined_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
-    both, shown = curve_of(report, True, z_on(report))
-    base, base_shown = curve_of(report, False, 0.0)
-    span, base_span = flat_span(both), flat_span(base)
+    z = z_on(report)
+    _, shown = curve_of(report, True, z)
+    _, base_shown = curve_of(report, False, 0.0)
+    spans = {
+        k: [flat_span(c) for c in seed_curves(lr_losses(report, qk, zz))]
+        for k, qk, zz in (("both", True, z), ("none", False, 0.0))
+    }
     v.threshold = (
         f"qk + z-loss: the lrs within {WORSE} of its best span >= {SPAN:g}x, and more than "
-        "without both"
+        "without both (95% intervals over seeds' spans, on logs)"
     )
-    ok = span >= SPAN and span > base_span
-    return decide(
-        v, ok, both=shown, none=base_shown, span=f"{span:g}x", none_span=f"{base_span:g}x"
-    )
+    measure(v, both=shown, none=base_shown)
+    parts = {
+        "span with both": (stats.ratio_interval(spans["both"]), SPAN, "above"),
+        "span both / none": (stats.ratio_interval(spans["both"], spans["none"]), 1.0, "above"),
+    }
+    return decide_all(v, parts)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+from analysis import stats
 from analysis.block_profile import last_profile
 from analysis.findings.common import (
     CLOSE,
@@ -23,7 +24,6 @@ from analysis.findings.common import (
     Check,
     NoData,
     Verdict,
-    decide,
     decide_all,
     decide_interval,
     diff,
@@ -31,6 +31,7 @@ from analysis.findings.common import (
     mean_score,
     measure,
     too_few,
+    untestable,
     values,
     variant,
 )
@@ -52,8 +53,9 @@ def halves(profile: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def profiled(report: dict, placement: str) -> dict[str, float]:
-    """Mean over seeds of halves() for the placement at the sweep's deepest depth."""
+def profiled(report: dict, placement: str) -> tuple[list[dict[str, float]], int]:
+    """halves() of each completed run of the placement at the sweep's deepest depth (one a
+    seed), and that depth."""
     depth = max(values(report, "n_layer"), default=None)
     if depth is None or depth < 4:
         raise NoData(f"deepest depth {depth}: need >= 4 blocks to compare halves")
@@ -62,30 +64,51 @@ def profiled(report: dict, placement: str) -> dict[str, float]:
     found = [halves(p) for p in (last_profile(r["run_dir"], depth) for r in runs) if p]
     if len(found) < MIN_SEEDS:
         raise too_few(row, len(found), "completed runs with block_cos and act_norm logged")
-    return {k: statistics.fmean(h[k] for h in found) for k in found[0]} | {"depth": depth}
+    return found, depth
+
+
+def seeds_of(runs: list[dict[str, float]], key: str) -> list[float]:
+    return [h[key] for h in runs]
 
 
 def f9_rms_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
-    pre = profiled(report, "pre")
-    v.threshold = f"Pre-LN: RMS after block L / RMS after block L/2 >= {RMS_GROWTH}"
-    return decide(v, pre["rms_growth"] >= RMS_GROWTH, depth=pre["depth"], growth=pre["rms_growth"])
+    runs, depth = profiled(report, "pre")
+    growth = seeds_of(runs, "rms_growth")
+    v.threshold = f"Pre-LN: RMS after block L / RMS after block L/2 >= {RMS_GROWTH} (95% interval)"
+    return decide_interval(v, "RMS after L / after L/2", stats.ratio_interval(growth), RMS_GROWTH,
+                           "above", depth=depth, growth=statistics.fmean(growth))  # fmt: skip
 
 
 def f9_late_blocks_idle(report: dict, settings: dict, v: Verdict) -> Verdict:
-    pre = profiled(report, "pre")
-    early, late = pre["cos_early"], pre["cos_late"]
-    v.threshold = f"Pre-LN: later-half mean cos >= {NEAR_ONE} and > earlier half's"
-    ok = late >= NEAR_ONE and late > early
-    return decide(v, ok, depth=pre["depth"], cos_early=early, cos_late=late)
+    runs, depth = profiled(report, "pre")
+    early, late = seeds_of(runs, "cos_early"), seeds_of(runs, "cos_late")
+    v.threshold = f"Pre-LN: later-half mean cos >= {NEAR_ONE} and > earlier half's (95% intervals)"
+    measure(v, depth=depth, cos_early=statistics.fmean(early), cos_late=statistics.fmean(late))
+    parts = {
+        "later-half cos": (stats.mean_interval(late), NEAR_ONE, "above"),
+        "later - earlier cos": (stats.diff_interval(late, early), 0.0, "above"),
+    }
+    return decide_all(v, parts)
 
 
 def f9_lns_lowers_cos(report: dict, settings: dict, v: Verdict) -> Verdict:
-    pre, lns = profiled(report, "pre"), profiled(report, "lns")
-    drop = pre["cos_late"] - lns["cos_late"]
-    v.threshold = f"later-half mean cos: pre - lns >= {COS_DROP}"
-    return decide(
-        v, drop >= COS_DROP, depth=pre["depth"], pre=pre["cos_late"], lns=lns["cos_late"], drop=drop
-    )
+    """Rests on F9a: LNS lowers the later blocks' cosine by damping a variance that grows with
+    depth, so where Pre-LN's RMS growth over the later half is measured below RMS_GROWTH (its
+    interval wholly under it: F9a FAIL) the claim is NOT TESTABLE. Rule set with the interval
+    verdicts, before the sweep they decided ran."""
+    (pre, depth), (lns, _) = profiled(report, "pre"), profiled(report, "lns")
+    pre_late, lns_late = seeds_of(pre, "cos_late"), seeds_of(lns, "cos_late")
+    v.threshold = f"later-half mean cos: pre - lns >= {COS_DROP} (95% interval)"
+    shown = {"depth": depth, "pre": statistics.fmean(pre_late), "lns": statistics.fmean(lns_late)}
+    growth = stats.ratio_interval(seeds_of(pre, "rms_growth"))
+    if growth.hi < RMS_GROWTH:
+        reason = (
+            f"Pre-LN's RMS grew only x{growth.effect:.2f} [{growth.lo:.2f}, {growth.hi:.2f}] over "
+            f"the later half at depth {depth}: no depth-wise variance growth for LNS to damp"
+        )
+        return untestable(v, reason, **shown)
+    return decide_interval(v, "pre - lns later-half cos", stats.diff_interval(pre_late, lns_late),
+                           COS_DROP, "above", **shown)  # fmt: skip
 
 
 # --- F11: Admin ----------------------------------------------------------------------------------

@@ -8,10 +8,12 @@ learning rates up to one where the unnormed runs diverge. F12 (Wortsman et al. 2
 (logits/log_z, the mean log partition function on the probe batch), its drift from the first
 logged step to the last and |log Z| at the last, with and without z-loss.
 
-Every measure is the mean over a variant's finished runs (a diverged run counts with what it
-logged before it stopped). Thresholds (GROWS, FLOOR and SMALL were fixed before the sweeps ran;
-DRIFT's rule was changed after F12's first run gave FAIL, as docs/findings/f12/README.md says with
-the verdict it gave before):
+Every measure is taken per run, one value a seed (a diverged run counts with what it logged
+before it stopped), and each claim decides on the 95% interval over seeds (analysis/stats.py):
+a factor ("grows 2x") on the ratio of geometric means, a level ("below 0.1 nats") on the t
+interval of the mean, a comparison on Welch's interval. Thresholds (GROWS, FLOOR and SMALL were
+fixed before the sweeps ran; DRIFT's rule was changed after F12's first run gave FAIL, as
+docs/findings/f12/README.md says with the verdict it gave before):
     GROWS = 2.0     "grows" / "far above": a factor of 2 (the residual stream of a 12-layer Pre-LN
                     model at init already spans ~4x from the first to the last layer)
     FLOOR = 0.1     "collapses": the minimum entropy falls below 0.1 nats, near 0 as Zhai et al.
@@ -30,24 +32,22 @@ the verdict it gave before):
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Callable
 from typing import Any
 
+from analysis import stats
 from analysis.findings.common import (
     CLOSE,
-    MIN_SEEDS,
     WORSE,
     NoData,
+    RunMeasure,
     Verdict,
-    decide,
+    decide_all,
     decide_interval,
     diff,
-    finished,
     mean_score,
-    rnd,
-    too_few,
+    measure,
+    per_seed,
     untestable,
     values,
     variant,
@@ -58,19 +58,11 @@ GROWS, FLOOR, SMALL, DRIFT = 2.0, 0.1, 0.5, 1.0
 MIN_LRS = 4  # F12 reads log Z against the lr: at least four rates
 KIM, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Zhai et al. 2023"
 QK, Z = "model.qk_norm", "optim.z_loss"
-RunMeasure = Callable[[dict, int], float | None]  # (report run record, n_layer) -> value
 
 
 def per_run(row: dict, measure: RunMeasure, what: str) -> float:
     """Mean over the variant's finished runs of ``measure`` (runs without it left out)."""
-    found = [
-        x
-        for r in finished(row)
-        if (x := measure(r, int(row["params"].get("n_layer") or 0))) is not None
-    ]
-    if len(found) < MIN_SEEDS:
-        raise too_few(row, len(found), f"finished runs with {what} logged")
-    return statistics.fmean(found)
+    return statistics.fmean(per_seed(row, measure, what))
 
 
 def layer_series(run: dict, prefix: str, n_layer: int) -> list[Series]:
@@ -105,28 +97,40 @@ def top_max(index: int) -> RunMeasure:
     return measure
 
 
+def growth(start: RunMeasure, end: RunMeasure) -> RunMeasure:
+    """One run's end value over its start value."""
+
+    def measure_(run: dict, n_layer: int) -> float | None:
+        a, b = start(run, n_layer), end(run, n_layer)
+        return b / a if a and b is not None else None
+
+    return measure_
+
+
 def f8_pre_grows_with_depth(report: dict, settings: dict, v: Verdict) -> Verdict:
-    ratio = per_run(variant(report, placement="pre"), depth_ratio, "act_norm per layer")
-    v.threshold = f"Pre-LN act_norm last layer / first layer at the end >= {GROWS:g}"
-    return decide(v, ratio >= GROWS, pre_last_over_first=ratio)
+    ratios = per_seed(variant(report, placement="pre"), depth_ratio, "act_norm per layer")
+    v.threshold = f"Pre-LN act_norm last layer / first layer at the end >= {GROWS:g} (95% interval)"
+    return decide_interval(v, "last / first layer", stats.ratio_interval(ratios), GROWS, "above",
+                           pre_last_over_first=statistics.fmean(ratios))  # fmt: skip
 
 
 def f8_pre_grows_in_training(report: dict, settings: dict, v: Verdict) -> Verdict:
     row = variant(report, placement="pre")
-    rms0, rms1 = (per_run(row, last_rms(i), "act_norm") for i in (0, -1))
-    max0, max1 = (per_run(row, top_max(i), "act_max") for i in (0, -1))
-    v.threshold = f"Pre-LN end / step 0 >= {GROWS:g} for last-layer act_norm and for max act_max"
-    ok = rms1 >= GROWS * rms0 and max1 >= GROWS * max0
-    return decide(
-        v,
-        ok,
-        rms_start=rms0,
-        rms_end=rms1,
-        rms_growth=rms1 / rms0,
-        max_start=max0,
-        max_end=max1,
-        max_growth=max1 / max0,
+    rms = per_seed(row, growth(last_rms(0), last_rms(-1)), "act_norm")
+    top = per_seed(row, growth(top_max(0), top_max(-1)), "act_max")
+    v.threshold = (
+        f"Pre-LN end / step 0 >= {GROWS:g} for last-layer act_norm and for max act_max "
+        "(95% intervals)"
     )
+    measure(v, rms_start=per_run(row, last_rms(0), "act_norm"),
+            rms_end=per_run(row, last_rms(-1), "act_norm"),
+            max_start=per_run(row, top_max(0), "act_max"),
+            max_end=per_run(row, top_max(-1), "act_max"))  # fmt: skip
+    parts = {
+        "rms growth": (stats.ratio_interval(rms), GROWS, "above"),
+        "max growth": (stats.ratio_interval(top), GROWS, "above"),
+    }
+    return decide_all(v, parts)
 
 
 def f8_peri_grows_slower(report: dict, settings: dict, v: Verdict) -> Verdict:
@@ -135,21 +139,16 @@ def f8_peri_grows_slower(report: dict, settings: dict, v: Verdict) -> Verdict:
     rule asked for end values GROWS x apart ("bounded") and gave FAIL (ratio 1.83); this one
     was set after that run, as F8's README says."""
     rows = {"pre": variant(report, placement="pre"), "peri": variant(report, placement="sandwich")}
-    growth = {
-        k: per_run(r, last_rms(-1), "act_norm") / per_run(r, last_rms(0), "act_norm")
-        for k, r in rows.items()
-    }
+    rms = {k: per_seed(r, growth(last_rms(0), last_rms(-1)), "act_norm") for k, r in rows.items()}
     top = {k: per_run(r, top_max(-1), "act_max") for k, r in rows.items()}
-    v.threshold = f"Pre-LN's last-layer RMS growth in training >= {GROWS:g} x sandwich's"
-    return decide(
-        v,
-        growth["pre"] >= GROWS * growth["peri"],
-        rms_growth_pre=growth["pre"],
-        rms_growth_peri=growth["peri"],
-        growth_ratio=growth["pre"] / growth["peri"],
-        max_end_pre=top["pre"],
-        max_end_peri=top["peri"],
+    v.threshold = (
+        f"Pre-LN's last-layer RMS growth in training / sandwich's >= {GROWS:g} (95% interval)"
     )
+    ci = stats.ratio_interval(rms["pre"], rms["peri"])
+    return decide_interval(v, "pre growth / peri growth", ci, GROWS, "above",
+                           rms_growth_pre=statistics.fmean(rms["pre"]),
+                           rms_growth_peri=statistics.fmean(rms["peri"]),
+                           max_end_pre=top["pre"], max_end_peri=top["peri"])  # fmt: skip
 
 
 # --- F10: attention entropy at high learning rates, with and without QK-norm ----------------------
@@ -160,49 +159,61 @@ def min_entropy(run: dict, n_layer: int) -> float | None:
     return min(points) if points else None
 
 
-def entropy_by_lr(report: dict, qk: bool) -> dict[float, float]:
+def entropy_by_lr(report: dict, qk: bool) -> dict[float, list[float]]:
+    """Per lr, each seed's minimum attention entropy."""
     lrs = values(report, "lr")
     if len(lrs) < 2:
         raise NoData(f"learning rates {lrs}: need >= 2")
     rows = {lr: variant(report, lr=lr, **{QK: qk}) for lr in lrs}
-    return {lr: per_run(row, min_entropy, "attn/entropy_min") for lr, row in rows.items()}
+    return {lr: per_seed(row, min_entropy, "attn/entropy_min") for lr, row in rows.items()}
+
+
+def means(by_lr: dict[float, list[float]]) -> dict[str, float]:
+    return {f"{lr:g}": round(statistics.fmean(xs), 4) for lr, xs in by_lr.items()}
 
 
 def f10_entropy_collapses(report: dict, settings: dict, v: Verdict) -> Verdict:
     plain = entropy_by_lr(report, False)
     low, top = min(plain), max(plain)
-    v.threshold = f"no-qk min entropy <= {FLOOR:g} nats at lr {top:g}, > {FLOOR:g} at lr {low:g}"
-    per_lr = {f"{lr:g}": round(x, 4) for lr, x in plain.items()}
-    ok = plain[top] <= FLOOR < plain[low]
-    return decide(v, ok, lowest_lr=plain[low], top_lr=plain[top], no_qk_per_lr=per_lr)
+    v.threshold = (
+        f"no-qk min entropy <= {FLOOR:g} nats at lr {top:g}, > {FLOOR:g} at lr {low:g} "
+        "(95% intervals)"
+    )
+    measure(v, no_qk_per_lr=means(plain))
+    parts = {
+        f"min entropy at lr {top:g}": (stats.mean_interval(plain[top]), FLOOR, "below"),
+        f"min entropy at lr {low:g}": (stats.mean_interval(plain[low]), FLOOR, "above"),
+    }
+    return decide_all(v, parts)
 
 
 def f10_qk_prevents(report: dict, settings: dict, v: Verdict) -> Verdict:
     qk = entropy_by_lr(report, True)
-    v.threshold = f"QK-norm's min entropy > {FLOOR:g} nats at every lr"
-    per_lr = {f"{lr:g}": round(x, 4) for lr, x in qk.items()}
-    return decide(v, min(qk.values()) > FLOOR, lowest=min(qk.values()), qk_per_lr=per_lr)
+    v.threshold = f"QK-norm's min entropy > {FLOOR:g} nats at every lr (95% intervals)"
+    measure(v, qk_per_lr=means(qk))
+    parts = {
+        f"min entropy at lr {lr:g}": (stats.mean_interval(xs), FLOOR, "above")
+        for lr, xs in qk.items()
+    }
+    return decide_all(v, parts)
 
 
 def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Verdict:
     plain = entropy_by_lr(report, False)
-    collapsed = [lr for lr in plain if plain[lr] <= FLOOR]
+    collapsed = [lr for lr, xs in plain.items() if statistics.fmean(xs) <= FLOOR]
     if not collapsed:
         raise NoData(f"no learning rate took the no-qk entropy below {FLOOR:g} nats (see F10a)")
-    gaps, diverged = {}, 0
+    parts, diverged = {}, 0
     for lr in collapsed:
-        row = variant(report, lr=lr, **{QK: False})
-        loss_plain, loss_qk = mean_score(row), mean_score(variant(report, lr=lr, **{QK: True}))
-        diverged += sum(r["status"] == "diverged" for r in finished(row))
-        gaps[lr] = math.inf if loss_plain == math.inf else loss_plain - loss_qk
+        row, qk_row = variant(report, lr=lr, **{QK: False}), variant(report, lr=lr, **{QK: True})
+        diverged += sum(r["status"] == "diverged" for r in row["runs"])
+        parts[f"no-qk - qk at lr {lr:g}"] = (diff(row, qk_row), WORSE, "above")
     v.threshold = (
-        f"at every collapsed lr the no-qk runs diverged, or end >= {WORSE} above QK-norm's"
+        f"at every lr whose mean no-qk entropy collapsed, the no-qk runs diverged or end >= "
+        f"{WORSE} above QK-norm's (95% intervals)"
     )
-    per_lr = {f"{lr:g}": rnd(g) for lr, g in gaps.items()}
-    ok = all(g >= WORSE for g in gaps.values())
-    return decide(
-        v, ok, collapsed_lrs=[f"{x:g}" for x in collapsed], diverged_runs=diverged, gap=per_lr
-    )
+    measure(v, collapsed_lrs=[f"{x:g}" for x in collapsed], diverged_runs=diverged)
+    return decide_all(v, parts)
 
 
 # --- F12: log Z with and without z-loss -----------------------------------------------------------
@@ -277,15 +288,21 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
     if len(lrs) < MIN_LRS:
         raise NoData(f"learning rates {lrs}: F12 needs >= {MIN_LRS}")
     warmup = int(settings.get("warmup_steps") or 0)
-    low, top = (log_z_of(report, lr, off, late_fall(warmup)) for lr in (lrs[0], lrs[-1]))
-    lowest = log_z_of(report, lrs[-1], off, late_min(warmup))
-    rise = log_z_of(report, lrs[-1], off, late_rise(warmup))
+    rows = {lr: variant(report, lr=lr, **{Z: off}) for lr in (lrs[0], lrs[-1])}
+    low, top = (per_seed(rows[lr], late_fall(warmup), "logits/log_z") for lr in rows)
+    lowest = per_seed(rows[lrs[-1]], late_min(warmup), "logits/log_z")
+    rise = per_run(rows[lrs[-1]], late_rise(warmup), "logits/log_z")
     v.threshold = (
         f"no z-loss, after warmup: at lr {lrs[-1]:g} log Z's lowest value is >= {DRIFT:g} nat "
         f"below its end-of-warmup value and below 0, and that fall >= {GROWS:g} x the fall at "
-        f"lr {lrs[0]:g}"
+        f"lr {lrs[0]:g} (95% intervals)"
     )
-    shown = {"fall_lowest_lr": low, "fall_top_lr": top, "min_top_lr": lowest, "rise_top_lr": rise}
+    shown = {
+        "fall_lowest_lr": statistics.fmean(low),
+        "fall_top_lr": statistics.fmean(top),
+        "min_top_lr": statistics.fmean(lowest),
+        "rise_top_lr": rise,
+    }
     why = no_divergence(report, lrs[-1], warmup)
     if why:
         steps = settings.get("max_steps") or "its"
@@ -294,15 +311,33 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
             "the missing precondition is the run's length"
         )
         return untestable(v, reason, **shown)
-    return decide(v, top >= GROWS * low and lowest < 0, **shown)
+    measure(v, **shown)
+    parts = {
+        f"fall at lr {lrs[-1]:g}": (stats.mean_interval(top), DRIFT, "above"),
+        f"lowest log Z at lr {lrs[-1]:g}": (stats.mean_interval(lowest), 0.0, "below"),
+        f"fall at lr {lrs[-1]:g} - {GROWS:g} x at lr {lrs[0]:g}": (
+            stats.contrast_interval((top, low), (1.0, -GROWS)),
+            0.0,
+            "above",
+        ),
+    }
+    return decide_all(v, parts)
 
 
 def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
     """z-loss pulls log Z toward 0 whether or not it diverges: decided at every size."""
     lrs, off, on = z_arms(report)
-    plain, z = log_z_of(report, lrs[-1], off), log_z_of(report, lrs[-1], on)
-    v.threshold = f"at lr {lrs[-1]:g}: final |log Z| with z-loss {on:g} <= {SMALL:g} x without"
-    return decide(v, z <= SMALL * plain, with_z=z, without_z=plain)
+    plain, z = (
+        per_seed(variant(report, lr=lrs[-1], **{Z: arm}), final_abs_log_z, "logits/log_z")
+        for arm in (off, on)
+    )
+    v.threshold = (
+        f"at lr {lrs[-1]:g}: final |log Z| with z-loss {on:g} - {SMALL:g} x without <= 0 "
+        "(95% interval)"
+    )
+    ci = stats.contrast_interval((z, plain), (1.0, -SMALL))
+    shown = {"with_z": statistics.fmean(z), "without_z": statistics.fmean(plain)}
+    return decide_interval(v, f"with z - {SMALL:g} x without", ci, 0.0, "below", **shown)
 
 
 def f12_z_loss_costs_nothing(report: dict, settings: dict, v: Verdict) -> Verdict:
