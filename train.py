@@ -9,8 +9,9 @@
 Where each concern lives: training/rundir.py (the run dir: lock, skip / resume / fresh),
 training/record.py (the run's status and summary.json), training/run_config.py (the config as
 one typed tree, checked once), training/build.py (the tree -> data, model, task, callbacks,
-loggers, trainer; the fit), training/errors.py (the one-line error policy), training/launch.py
-(the command line, DDP under sweeps, the sweep's status line).
+loggers, trainer), training/fit.py (the fit and the results it records), training/errors.py
+(the one-line error policy), training/launch.py (the command line, DDP under sweeps, the
+sweep's status line).
 
 Each run dir gets metrics.csv, summary.json, last.ckpt (and vocab.json for text). A diverged run
 ends cleanly with status "diverged" and exit code 0; SIGTERM / SIGINT save a checkpoint at the
@@ -50,10 +51,11 @@ def attempt(cfg: DictConfig) -> RunDir:
     it; the run dir holds its record (summary.json), written whatever happens."""
     import lightning.pytorch as L
 
-    from training.build import build, set_threads
+    from training.build import build
     from training.loggers import finish_wandb
     from training.rundir import RunDir
     from training.specs import summary_fields
+    from training.threads import set_threads
 
     with RunDir(cfg, summary_fields(cfg)) as this:
         if this.finished is not None:

@@ -14,11 +14,13 @@ with ``weights_only=True``). A hub id is looked up in the local Hugging Face cac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,6 +56,36 @@ def checkpoint_dir(path_or_id: str | os.PathLike) -> Path:
         f"({hub_cache()}); download it once online (.venv/bin/hf download {path_or_id}) "
         "or pass the directory save_pretrained wrote"
     )
+
+
+class ArchitectureMismatch(ValueError):
+    """A checkpoint's architecture is not the one a run asked for; ``fields``: each differing
+    config field (dotted, e.g. ``placement.name``) -> the checkpoint's value."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        super().__init__(", ".join(f"{k}={v}" for k, v in fields.items()))
+
+
+def differing_fields(loaded: Any, wanted: Any, prefix: str = "") -> dict[str, Any]:
+    """The fields of two config dataclasses that differ, nested ones by their dotted name, with
+    ``loaded``'s values."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(loaded):
+        a, b = getattr(loaded, f.name), getattr(wanted, f.name, None)
+        if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
+            out.update(differing_fields(a, b, f"{prefix}{f.name}."))
+        elif a != b:
+            out[f"{prefix}{f.name}"] = a
+    return out
+
+
+def check_architecture(loaded: Any, wanted: Any) -> None:
+    """Weights load only into the architecture they were trained as, and a run's record says
+    what runs: every field of ``wanted`` (the run's model config) must equal the checkpoint's
+    (``loaded``), vocab_size included (the tokenizer's ids must be the checkpoint's)."""
+    if differ := differing_fields(loaded, wanted):
+        raise ArchitectureMismatch(differ)
 
 
 class WeightError(ValueError):

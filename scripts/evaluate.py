@@ -51,10 +51,11 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
 
-    from training.build import build_data, set_threads
+    from training.build import build_data
     from training.errors import ConfigError
     from training.reliability.checkpoints import read_checkpoint, resume_state
     from training.run_config import typed_config
+    from training.threads import set_threads
 
     ckpt = ckpt or run_dir / runfiles.CHECKPOINT
     if not ckpt.is_file():

@@ -19,7 +19,7 @@ import lightning.pytorch as L
 from omegaconf import DictConfig
 
 from training import runfiles
-from training.build import build_data, model_config, set_threads
+from training.build import build_data, model_config
 from training.errors import BUILD_ERRORS, ConfigError, one_line_errors
 from training.init_probe import format_table, init_probe, write_probe_json
 from training.launch import preflight
@@ -27,6 +27,7 @@ from training.run_config import typed_config
 from training.rundir import RunDir
 from training.specs import summary_fields
 from training.sweep import job_outcome
+from training.threads import set_threads
 
 
 def probe(cfg: DictConfig) -> dict:

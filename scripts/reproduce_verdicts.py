@@ -43,6 +43,8 @@ def effects(intervals: dict[str, dict]) -> str:
         n = "/".join(map(str, ci["n"]))
         if isinstance(ci["effect"], str) or ci["lo"] == ci["hi"]:
             shown = f"{ci['effect']} ({ci['method']})"
+        elif ci.get("scale") == "log":  # a factor: the ratio of geometric means
+            shown = f"x{ci['effect']:.3g} [x{ci['lo']:.3g}, x{ci['hi']:.3g}]"
         else:
             shown = f"{ci['effect']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}]"
         out.append(f"{name}: {shown}, n={n}, claim {SIDE_TEXT[ci['side']].format(m=ci['margin'])}")
@@ -77,14 +79,19 @@ def verdict_markdown(record: dict) -> str:
         cells = [c["id"], f"{c['statement']} ({c['source']})", effects(c.get("intervals", {}))]
         cells += [said(c["measured"], c["note"]), c["threshold"] or "–", f"**{c['status']}**"]
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
-    if record["kind"] != "init_probe":
-        lines += [
-            "",
-            "Losses: mean over seeds of each run's best val loss; inf: a run diverged. Effects: "
-            "the difference of the arms' means with its 95% Welch t interval over seeds "
-            "(analysis/stats.py); PASS when the interval lies on the claim's side of its margin, "
-            "FAIL when on the other, INCONCLUSIVE when it straddles the margin.",
-        ]
+    losses = (
+        ""
+        if record["kind"] == "init_probe"
+        else "Losses: mean over seeds of each run's best val loss; inf: a run diverged. "
+    )
+    lines += [
+        "",
+        f"{losses}Effects, each over seeds (analysis/stats.py): a difference of arms' means "
+        "(or a weighted sum of them) with its 95% Welch t interval; one arm's mean with its t "
+        "interval; a factor named with '/' or 'growth' as the ratio of geometric means, its "
+        "interval taken on the logs. PASS when the interval lies on the claim's side of its "
+        "margin, FAIL when on the other, INCONCLUSIVE when it straddles the margin.",
+    ]
     left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
     if left_out:
         lines += [

@@ -209,7 +209,8 @@ def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):
 
     import torch as t
 
-    from training.build import StepLines, parallel_sweep
+    from training.console import StepLines
+    from training.threads import parallel_sweep
 
     assert not parallel_sweep()  # outside a Hydra multirun: the rich bar
     lines = StepLines("gpt-post-L6-s0", every=5)

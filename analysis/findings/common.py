@@ -330,6 +330,7 @@ def interval_of(
         "hi": rnd(ci.hi),
         "n": list(ci.n),
         "method": ci.method,
+        "scale": ci.scale,
         "margin": margin,
         "side": side,
         "outcome": outcome,

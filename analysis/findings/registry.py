@@ -397,8 +397,9 @@ FINDINGS: dict[str, Finding] = {
             ),
             Claim(
                 "F13c",
-                "With qk-layernorm and z-loss together the loss is similar across orders of "
-                "magnitude of lr",
+                "With two of the paper's combined interventions, qk-layernorm and z-loss, the "
+                "loss is similar across orders of magnitude of lr (the paper's flat curve also "
+                "has longer warmup, independent decay and muParam, not tested here)",
                 WORTSMAN,
                 f13_combined_flat,
             ),

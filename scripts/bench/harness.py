@@ -36,9 +36,10 @@ def compose_train_cfg(overrides: list[str]):
 def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
-    from training.build import build_data, build_model, set_threads
+    from training.build import build_data, build_model
     from training.optim import OPTIMIZERS, lr_multiplier
     from training.run_config import typed_config
+    from training.threads import set_threads
 
     set_threads(cfg.num_threads)
     torch.use_deterministic_algorithms(bool(cfg.trainer.get("deterministic")))  # as the Trainer

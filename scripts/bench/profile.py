@@ -172,9 +172,10 @@ def job_loop(overrides: list[str], labels: bool = False) -> tuple[Callable[[], N
     builds them), and the composed config. ``labels``: record_function ranges for the profiler."""
     from torch.profiler import record_function
 
-    from training.build import build_data, build_model, set_threads
+    from training.build import build_data, build_model
     from training.optim import OPTIMIZERS
     from training.run_config import typed_config
+    from training.threads import set_threads
 
     cfg = compose_train_cfg(overrides)
     set_threads(cfg.num_threads)
