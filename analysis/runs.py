@@ -26,13 +26,13 @@ from typing import Any
 
 from training import record, runfiles
 from training.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
-from training.record import FINISHED  # noqa: F401 (the analysis modules import it from here)
+from training.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
 from training.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
 # once with the record train.py writes; a failed run (config error, crash) says nothing about
 # the variant.
-UNFINISHED = "unfinished"
+UNFINISHED = str(Outcome.UNFINISHED)
 
 # Fields every table row shows, in this order, and where a config keeps them.
 CANONICAL: dict[str, tuple[str, ...]] = {

@@ -65,6 +65,7 @@ from scripts.reproduce_verdicts import (
     write_verdicts,
 )
 from training import runfiles
+from training.record import Outcome, Status
 
 SIZES = ("cpu", "gpu")
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
@@ -207,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  confirming each variant's best lr on fresh seeds: {n} runs")
             code = max(code, launch(sweep))
             finished_before = False  # this command trained: its time joins the record
-    ended = [s for s, _ in run_states(out, dirs).values() if s not in ("running", "unfinished")]
+    ended = [
+        s
+        for s, _ in run_states(out, dirs).values()
+        if s not in (Status.RUNNING, Outcome.UNFINISHED)
+    ]
     if code != 0 and len(ended) < len(jobs):
         console.print(
             f"error: the sweep stopped (exit {code}) before every run ended; "

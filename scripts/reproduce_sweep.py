@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from analysis.runs import FINISHED, read_summary, status_of
 from training import runfiles
 from training.launch import die_with_parent, job_dir
+from training.record import Outcome, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(soft_wrap=True)  # log files keep one line per message
@@ -207,7 +208,11 @@ def run_sweep(
                 states = run_states(out, dirs)
                 for k, (status, mtime) in sorted(states.items()):
                     fresh = mtime is not None and mtime != before.get(k, ("", None))[1]
-                    if k not in done and status not in ("running", "unfinished") and fresh:
+                    if (
+                        k not in done
+                        and status not in (Status.RUNNING, Outcome.UNFINISHED)
+                        and fresh
+                    ):
                         done.add(k)
                         what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
                         pace = eta(started, len(done - before_done), len(jobs) - len(done))

@@ -41,7 +41,9 @@ def effects(intervals: dict[str, dict]) -> str:
     out = []
     for name, ci in intervals.items():
         n = "/".join(map(str, ci["n"]))
-        if isinstance(ci["effect"], str) or ci["lo"] == ci["hi"]:
+        if isinstance(ci["effect"], float) and math.isnan(ci["effect"]):
+            shown = "undefined (both arms diverged)"
+        elif isinstance(ci["effect"], str) or ci["lo"] == ci["hi"]:
             shown = f"{ci['effect']} ({ci['method']})"
         elif ci.get("scale") == "log":  # a factor: the ratio of geometric means
             shown = f"x{ci['effect']:.3g} [x{ci['lo']:.3g}, x{ci['hi']:.3g}]"

@@ -22,6 +22,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from training.record import Outcome
+
 # What building a run raises for bad input (OSError: missing files, the hub offline).
 BUILD_ERRORS = (TypeError, ValueError, OSError)
 # Set in a parallel sweep's worker process once the sweep's own process is gone.
@@ -165,14 +167,12 @@ def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]
             if not sweep:
                 raise SystemExit(f"error: {err}") from None
             print(f"error: {err}", file=sys.stderr, flush=True)
-            return {
-                "outcome": "refused" if isinstance(err, Refused) else "failed",
-                "error": str(err),
-            }
+            outcome = Outcome.REFUSED if isinstance(err, Refused) else Outcome.FAILED
+            return {"outcome": str(outcome), "error": str(err)}
         except Exception as err:
             if debug or not sweep:
                 raise
             traceback.print_exc()
-            return {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
+            return {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
 
     return wrapper

@@ -48,6 +48,29 @@ FINISHED = (Status.COMPLETED, Status.DIVERGED)
 STATUSES = (*FINISHED, Status.INTERRUPTED, Status.FAILED)
 
 
+class Outcome(str, Enum):
+    """What one job of a sweep did, as the sweep's status line and its readers count it: the
+    status its run ended with, or one a job can have without a run of its own. Each compares
+    equal to its string ("skipped", ...)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # its run dir held a finished run: nothing to do
+    REFUSED = "refused"  # a check refused it before it trained (another writer, a changed run)
+    UNFINISHED = "unfinished"  # started and never said how it ended (killed, or still running)
+
+
+# Outcomes that mean the sweep did not do the work asked of it.
+BAD_OUTCOMES = (Outcome.FAILED, Outcome.REFUSED, Outcome.UNFINISHED, Outcome.INTERRUPTED)
+
+
 @dataclass
 class RunRecord:
     """How the run ended (status and its details) and ``results``: every other summary field."""

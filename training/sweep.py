@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 
 from training.errors import launched_as_rank_zero
 from training.launch import SWEEP_PID, job_dir
+from training.record import BAD_OUTCOMES, Outcome
 
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
 
@@ -137,14 +138,14 @@ class SweepStatus(HydraCallback):
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._write(config, {"outcome": "unfinished"})  # replaced when the job ends
+        self._write(config, {"outcome": str(Outcome.UNFINISHED)})  # replaced when the job ends
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         try:
             value = getattr(job_return.return_value, "record", job_return.return_value)
         except Exception as err:  # the job raised past train.py's own handling
-            value = {"outcome": "failed", "error": f"{type(err).__name__}: {err}"}
-        self._write(config, value if isinstance(value, dict) else {"outcome": "failed"})
+            value = {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
+        self._write(config, value if isinstance(value, dict) else {"outcome": str(Outcome.FAILED)})
 
     def _write(self, config: DictConfig, record: dict) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
@@ -172,8 +173,8 @@ class SweepStatus(HydraCallback):
             try:
                 records[path.stem] = {"job": job, **json.loads(path.read_text())}
             except (OSError, ValueError):
-                records[path.stem] = {"job": job, "outcome": "unfinished"}
-        counts = Counter(r.get("outcome", "failed") for r in records.values())
+                records[path.stem] = {"job": job, "outcome": str(Outcome.UNFINISHED)}
+        counts = Counter(str(r.get("outcome", Outcome.FAILED)) for r in records.values())
         text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
         print(f"sweep {sweep_dir}: {text}", flush=True)
         bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
@@ -184,14 +185,10 @@ class SweepStatus(HydraCallback):
             raise SystemExit(1)
 
 
-# Outcomes that mean the sweep did not do the work asked of it.
-BAD_OUTCOMES = ("failed", "refused", "unfinished", "interrupted")
-
-
 def job_outcome(summary: dict, skipped: bool) -> dict:
     """What train.py returns to Hydra for a job: its outcome and status (see SweepStatus)."""
     status = summary.get("status")
-    outcome = "skipped" if skipped else status
+    outcome = str(Outcome.SKIPPED) if skipped else status
     record = {"outcome": outcome, "status": status, "error": summary.get("error")}
     return {**record, "final_val_loss": summary.get("final_val_loss"),
             "init_loss": summary.get("init_loss")}  # fmt: skip
@@ -242,7 +239,7 @@ def for_the_sweeper(task: Callable[[Any], dict | None]) -> Callable[[Any], Any]:
 
     @functools.wraps(task)
     def wrapper(cfg: Any) -> Any:
-        record = task(cfg) or {"outcome": "failed"}
+        record = task(cfg) or {"outcome": str(Outcome.FAILED)}
         if not searching():
             return record
         value = Objective(objective_value(record))

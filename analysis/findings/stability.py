@@ -32,6 +32,8 @@ docs/findings/f12/README.md says with the verdict it gave before):
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 from typing import Any
 
@@ -206,8 +208,13 @@ def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Ver
     parts, diverged = {}, 0
     for lr in collapsed:
         row, qk_row = variant(report, lr=lr, **{QK: False}), variant(report, lr=lr, **{QK: True})
-        diverged += sum(r["status"] == "diverged" for r in row["runs"])
-        parts[f"no-qk - qk at lr {lr:g}"] = (diff(row, qk_row), WORSE, "above")
+        n = sum(r["status"] == "diverged" for r in row["runs"])
+        ci = diff(row, qk_row)
+        if n and ci.effect != math.inf:  # the no-qk runs diverged, as claimed: decided
+            ci = dataclasses.replace(ci, effect=math.inf, lo=math.inf, hi=math.inf,
+                                     method="a diverged no-qk seed decides")  # fmt: skip
+        diverged += n
+        parts[f"no-qk - qk at lr {lr:g}"] = (ci, WORSE, "above")
     v.threshold = (
         f"at every lr whose mean no-qk entropy collapsed, the no-qk runs diverged or end >= "
         f"{WORSE} above QK-norm's (95% intervals)"
