@@ -224,3 +224,21 @@ def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):
         "[gpt-post-L6-s0] step 5/10 train/loss=0.2000",
         "[gpt-post-L6-s0] step 10/10 train/loss=0.1000",
     ]
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("+checkpoint.every_n_step=5", "checkpoint.every_n_step is not a setting of "
+         "CheckpointConfig (did you mean every_n_steps?)"),
+        ("+init_probe.depth=[2]", "init_probe.depth is not a setting of InitProbeConfig (did you "
+         "mean depths?)"),
+        ("init_probe.batches=x", "init_probe.batches='x' must be of type int"),
+    ],
+)  # fmt: skip
+def test_checkpoint_and_init_probe_sections_are_checked_like_the_rest(compose_cfg, override, said):
+    """Both sections once passed any key: a typo under checkpoint changed nothing, silently."""
+    with pytest.raises(ConfigError) as err:
+        typed_config(compose_cfg([override]))
+    assert said in str(err.value)
+    assert typed_config(compose_cfg(["checkpoint.every_n_steps=7"])).checkpoint.every_n_steps == 7

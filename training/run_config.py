@@ -12,7 +12,7 @@ a typo answers before torch is imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,8 +40,19 @@ MISPLACED = {
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    every_n_steps: int | None  # None: a tenth of the run
-    every_s: float | None  # also after this many seconds; None: steps only
+    every_n_steps: int | None = None  # None: a tenth of the run
+    every_s: float | None = None  # also after this many seconds; None: steps only
+
+
+@dataclass(frozen=True)
+class InitProbeConfig:
+    """``init_probe.*``: what scripts/init_probe.py measures at init (training/init_probe.py)."""
+
+    placements: list[str] = field(default_factory=lambda: ["post", "pre", "deepnorm"])
+    depths: list[int] = field(default_factory=lambda: [2, 6, 12, 24, 48])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    batches: int = 1  # K train batches of the configured data per seed
+    batch_size: int = 8
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,7 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         fields_of=spec.config,
         owned={**OWNED, **MISPLACED},
     )
-    checkpoint = cfg.get("checkpoint") or {}
+    node_to(InitProbeConfig, cfg.get("init_probe") or {}, "init_probe")  # checked, unused here
     return RunConfig(
         name=str(cfg.name),
         seed=cfg.seed,
@@ -99,7 +110,7 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         optim=optim_config(cfg, warmup),
         probes=node_to(ProbeConfig, cfg.get("probes") or {}, "probes"),
         divergence=node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence"),
-        checkpoint=CheckpointConfig(checkpoint.get("every_n_steps"), checkpoint.get("every_s")),
+        checkpoint=node_to(CheckpointConfig, cfg.get("checkpoint") or {}, "checkpoint"),
         max_steps=cfg.trainer.max_steps,
         trainer=OmegaConf.to_container(cfg.trainer, resolve=True),
         compile=compile_mode(cfg.compile),
