@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.config import BlockConfig
+from models.flops import training_flops_per_token
 from models.stack import Stack
 
 
@@ -60,7 +61,7 @@ class GPT(Stack):
         N leaves out the position table, a lookup, and counts a tied head once."""
         c = self.cfg
         n = self.num_params() - (self.pos_emb.weight.numel() if self.pos_emb is not None else 0)
-        return 6 * n + 12 * c.n_layer * c.block_size * c.n_embd
+        return training_flops_per_token(n, c.n_layer, c.block_size, c.n_embd)
 
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         pairs = [(self.tok_emb.weight, 1)]

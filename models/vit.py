@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.config import BlockConfig
+from models.flops import training_flops_per_token
 from models.stack import Stack
 
 POOLS = ("cls", "mean")
@@ -84,7 +85,7 @@ class ViT(Stack):
         c = self.cfg
         tokens = self.n_tokens
         n = self.num_params() - (self.pos_emb.numel() if self.pos_emb is not None else 0)
-        return tokens * (6 * n + 12 * c.n_layer * tokens * c.n_embd)
+        return tokens * training_flops_per_token(n, c.n_layer, tokens, c.n_embd)
 
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         # The patch embedding's columns are the embeddings of single pixels: dim 0 of out x in.

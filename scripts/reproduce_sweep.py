@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from analysis.runs import FINISHED, read_summary, status_of
+from models.flops import training_flops_per_token
 from training import runfiles
 from training.launch import die_with_parent, job_dir
 from training.record import Outcome, Status
@@ -124,8 +125,9 @@ IMAGE_SIDE = {"digits": 8}  # data sources whose images keep their native size
 
 
 def job_work(cfg, job: list[str]) -> tuple[float, float, float]:
-    """(training FLOPs, layer-steps, steps) of one job: 6 x block params x tokens plus attention
-    (and a BPE head), n_layer x steps; validation adds its batches at a third of a step's cost."""
+    """(training FLOPs, layer-steps, steps) of one job: models/flops.py's count per token on the
+    blocks' parameters (and a BPE head) without building the model, n_layer x steps; validation
+    adds its batches at a third of a step's cost."""
     o = {k.lstrip("+~"): v for k, _, v in (item.partition("=") for item in job)}
 
     def get(key: str, default: float) -> float:
@@ -142,7 +144,10 @@ def job_work(cfg, job: list[str]) -> tuple[float, float, float]:
     else:
         context = get("model.block_size", 128)
     vocab = get("data.vocab_size", 0) if cfg.data.get("tokenizer") == "bpe" else 0  # chars: ~0
-    per_token = 6 * 12 * layers * width * width + 12 * layers * context * width + 6 * vocab * width
+    # the blocks' 12 d^2 per layer (and a BPE head) stand for the model's exact count
+    per_token = training_flops_per_token(
+        12 * layers * width**2 + vocab * width, layers, context, width
+    )
     checks = steps / max(get("trainer.val_check_interval", 50), 1)
     val = 1 + checks * get("data.val_batches", 8) / 3 / max(steps, 1)
     return per_token * batch * context * steps * val, layers * steps * val, steps
