@@ -18,14 +18,15 @@ import json
 from pathlib import Path
 
 from analysis.runs import run_series
+from training import metric_names as names
 
 
 def last_profile(run_dir: str | Path, n_layer: int) -> dict[str, list[float]] | None:
     """{"cos": [...], "rms": [...]} per block at the run's last probe step that has every
     block of both; None when the run logged neither probe."""
     series = {
-        key: [dict(run_series(run_dir, f"{prefix}/layer_{i}")) for i in range(n_layer)]
-        for key, prefix in (("cos", "block_cos"), ("rms", "act_norm"))
+        key: [dict(run_series(run_dir, names.per_layer(prefix, i))) for i in range(n_layer)]
+        for key, prefix in (("cos", names.BLOCK_COS), ("rms", names.ACT_NORM))
     }
     steps = set.intersection(*(set(s) for per in series.values() for s in per))
     if not steps:

@@ -23,14 +23,15 @@ from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from analysis import xy  # noqa: E402
 from analysis.runs import Run  # noqa: E402
 from analysis.variants import Variant  # noqa: E402
+from training import metric_names as names  # noqa: E402
 
 # metric prefix -> (file name, log color scale)
 HEATMAPS: dict[str, tuple[str, bool]] = {
-    "act_norm": ("heat_act_norm.png", True),
-    "act_max": ("heat_act_max.png", True),
-    "block_cos": ("heat_block_cos.png", False),
-    "attn/entropy": ("heat_attn_entropy.png", False),
-    "attn/entropy_min": ("heat_attn_entropy_min.png", False),
+    names.ACT_NORM: ("heat_act_norm.png", True),
+    names.ACT_MAX: ("heat_act_max.png", True),
+    names.BLOCK_COS: ("heat_block_cos.png", False),
+    names.ATTN_ENTROPY: ("heat_attn_entropy.png", False),
+    names.ATTN_ENTROPY_MIN: ("heat_attn_entropy_min.png", False),
     "update_ratio": ("heat_update_ratio.png", True),
 }
 MAX_COLUMNS = 4

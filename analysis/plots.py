@@ -35,6 +35,7 @@ from analysis.xy import (  # noqa: E402
     series_colors,
     variant_colors,
 )
+from training import metric_names as names  # noqa: E402
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is
@@ -388,12 +389,12 @@ def write_plots(
             variants,
             fields,
             out_dir,
-            ["update/model"],
+            [names.UPDATE],
             "model_update.png",
             "||F(x,θ_t) − F(x,θ_0)||",
             log_y=True,
         ),
-        lambda: plot_curves(variants, fields, out_dir, ["logits/log_z"], "log_z.png", "mean log Z"),
+        lambda: plot_curves(variants, fields, out_dir, [names.LOG_Z], "log_z.png", "mean log Z"),
         lambda: plot_curves(
             variants,
             fields,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.runs import CANONICAL, Run, Warnings, finite, flatten, read_json
+from training import metric_names as names
 from training import runfiles
 
 PARAM_KEYS = ("model", "placement", "norm", "n_layer", "n_embd", "seed", "init")
@@ -140,7 +141,7 @@ def load_probes(
     for run in runs:
         grad = first_logged(run, re.compile(r"grad_norm/layer_(\d+)"))
         act = first_logged(run, re.compile(r"act_norm/layer_(\d+)"))
-        fc2 = run.metrics.get("grad_norm/last_fc2")
+        fc2 = run.metrics.get(names.LAST_FC2)
         if grad or act or fc2:
             probes.append(Probe(run_params(run), grad, act, fc2[0][1] if fc2 else None, "metrics"))
     return probes

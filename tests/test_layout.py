@@ -123,3 +123,21 @@ def test_the_owner_names_every_run_file():
     named = {runfiles.SUMMARY, runfiles.METRICS, runfiles.CHECKPOINT, runfiles.PROBE}
     named |= {runfiles.VOCAB, runfiles.CONFIG}
     assert named == set(RUN_FILES)
+
+
+def test_probe_metric_names_are_spelled_only_by_their_owner():
+    """The probes write and the analysis reads the names in training/metric_names.py: a name
+    restated as a string in a reader drifts from its writer unseen."""
+    from training import metric_names
+
+    spelled = {
+        v for k, v in vars(metric_names).items() if k.isupper() and isinstance(v, str) and "/" in v
+    }
+    rooms = [*(ROOT / "analysis").rglob("*.py"), *(ROOT / "training" / "probes").rglob("*.py")]
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        for path in rooms
+        for node in string_constants(ast.parse(path.read_text()))
+        if node.value in spelled
+    ]
+    assert not found, "use training/metric_names.py: " + "; ".join(found)

@@ -37,6 +37,7 @@ from analysis.findings.common import (
     variant,
 )
 from analysis.runs import read_summary, run_series
+from training import metric_names as names
 
 FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.20, 0.30, 0.02, 2.0
 EARLY_FRACTION = 0.05  # "early": the first 5% of training
@@ -125,7 +126,7 @@ def early_update(row: dict, max_steps: int) -> list[float]:
     max_steps (step 0 is the reference itself), one value a seed."""
     means = []
     for run in finished(row):
-        series = run_series(run["run_dir"], "update/model")
+        series = run_series(run["run_dir"], names.UPDATE)
         early = [y for s, y in series if 0 < s <= EARLY_FRACTION * max_steps]
         if early:
             means.append(statistics.fmean(early))

@@ -31,6 +31,7 @@ from analysis.findings.common import (
 from analysis.findings.stability import no_divergence
 from analysis.lr_sweep import capped, sensitivity
 from analysis.runs import run_series
+from training import metric_names as names
 
 # --- F6: attention logit growth and LR sensitivity (Wortsman et al. 2023) ------------------------
 # LR sensitivity, as Wortsman et al. define it: E_lr[min(l(lr), l0) - l*] over the swept learning
@@ -63,7 +64,7 @@ def peaks(row: dict) -> list[float]:
     found = [
         max(y for _, y in s)
         for r in finished(row)
-        if (s := run_series(r["run_dir"], "attn/max_logit"))
+        if (s := run_series(r["run_dir"], names.MAX_LOGIT))
     ]
     if len(found) < MIN_SEEDS:
         raise too_few(row, len(found), "finished runs with attn/max_logit logged")

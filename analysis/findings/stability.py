@@ -55,6 +55,7 @@ from analysis.findings.common import (
     variant,
 )
 from analysis.runs import Series, run_series
+from training import metric_names as names
 
 GROWS, FLOOR, SMALL, DRIFT = 2.0, 0.1, 0.5, 1.0
 MIN_LRS = 4  # F12 reads log Z against the lr: at least four rates
@@ -68,7 +69,7 @@ def per_run(row: dict, measure: RunMeasure, what: str) -> float:
 
 
 def layer_series(run: dict, prefix: str, n_layer: int) -> list[Series]:
-    return [run_series(run["run_dir"], f"{prefix}/layer_{i}") for i in range(n_layer)]
+    return [run_series(run["run_dir"], names.per_layer(prefix, i)) for i in range(n_layer)]
 
 
 def at(series: list[Series], index: int) -> list[float] | None:
@@ -79,13 +80,13 @@ def at(series: list[Series], index: int) -> list[float] | None:
 # --- F8: the residual stream of Pre-LN and Peri-LN ------------------------------------------------
 def depth_ratio(run: dict, n_layer: int) -> float | None:
     """act_norm of the last layer / of the first, at the last probe."""
-    end = at(layer_series(run, "act_norm", n_layer), -1)
+    end = at(layer_series(run, names.ACT_NORM, n_layer), -1)
     return end[-1] / end[0] if end else None
 
 
 def last_rms(index: int) -> RunMeasure:
     def measure(run: dict, n_layer: int) -> float | None:
-        values_ = at(layer_series(run, "act_norm", n_layer), index)
+        values_ = at(layer_series(run, names.ACT_NORM, n_layer), index)
         return values_[-1] if values_ else None
 
     return measure
@@ -93,7 +94,7 @@ def last_rms(index: int) -> RunMeasure:
 
 def top_max(index: int) -> RunMeasure:
     def measure(run: dict, n_layer: int) -> float | None:
-        values_ = at(layer_series(run, "act_max", n_layer), index)
+        values_ = at(layer_series(run, names.ACT_MAX, n_layer), index)
         return max(values_) if values_ else None
 
     return measure
@@ -156,7 +157,7 @@ def f8_peri_grows_slower(report: dict, settings: dict, v: Verdict) -> Verdict:
 # --- F10: attention entropy at high learning rates, with and without QK-norm ----------------------
 def min_entropy(run: dict, n_layer: int) -> float | None:
     """The lowest attn/entropy_min over layers and logged steps."""
-    series = layer_series(run, "attn/entropy_min", n_layer)
+    series = layer_series(run, names.ATTN_ENTROPY_MIN, n_layer)
     points = [y for s in series for _, y in s]
     return min(points) if points else None
 
@@ -167,7 +168,7 @@ def entropy_by_lr(report: dict, qk: bool) -> dict[float, list[float]]:
     if len(lrs) < 2:
         raise NoData(f"learning rates {lrs}: need >= 2")
     rows = {lr: variant(report, lr=lr, **{QK: qk}) for lr in lrs}
-    return {lr: per_seed(row, min_entropy, "attn/entropy_min") for lr, row in rows.items()}
+    return {lr: per_seed(row, min_entropy, names.ATTN_ENTROPY_MIN) for lr, row in rows.items()}
 
 
 def means(by_lr: dict[float, list[float]]) -> dict[str, float]:
@@ -225,13 +226,13 @@ def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Ver
 
 # --- F12: log Z with and without z-loss -----------------------------------------------------------
 def final_abs_log_z(run: dict, n_layer: int) -> float | None:
-    series = run_series(run["run_dir"], "logits/log_z")
+    series = run_series(run["run_dir"], names.LOG_Z)
     return abs(series[-1][1]) if series else None
 
 
 def after_warmup(run: dict, warmup: int) -> list[float]:
     """log Z from the first logged step at or after the end of warmup to the last."""
-    return [y for s, y in run_series(run["run_dir"], "logits/log_z") if s >= warmup]
+    return [y for s, y in run_series(run["run_dir"], names.LOG_Z) if s >= warmup]
 
 
 def late_fall(warmup: int) -> RunMeasure:
@@ -268,10 +269,10 @@ def no_divergence(report: dict, lr: float, warmup: int = 0, **arm: Any) -> str |
     other params, z-loss 0 by default) did not fall DRIFT below its end-of-warmup value at
     ``lr``, at any point after it; None when it did."""
     row = variant(report, lr=lr, **({Z: 0.0} | arm))
-    fall = per_run(row, late_fall(warmup), "logits/log_z")
+    fall = per_run(row, late_fall(warmup), names.LOG_Z)
     if fall >= DRIFT:
         return None
-    rise = per_run(row, late_rise(warmup), "logits/log_z")
+    rise = per_run(row, late_rise(warmup), names.LOG_Z)
     return (
         f"without z-loss log Z fell at most {max(fall, 0):.2f} nats below its end-of-warmup "
         f"value at lr {lr:g} (it rose up to {max(rise, 0):.2f}, as the softmax sharpens): no "
@@ -280,7 +281,7 @@ def no_divergence(report: dict, lr: float, warmup: int = 0, **arm: Any) -> str |
 
 
 def log_z_of(report: dict, lr: float, z: float, measure: RunMeasure = final_abs_log_z) -> float:
-    return per_run(variant(report, lr=lr, **{Z: z}), measure, "logits/log_z")
+    return per_run(variant(report, lr=lr, **{Z: z}), measure, names.LOG_Z)
 
 
 def z_arms(report: dict) -> tuple[list[float], float, float]:
@@ -296,9 +297,9 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
         raise NoData(f"learning rates {lrs}: F12 needs >= {MIN_LRS}")
     warmup = int(settings.get("warmup_steps") or 0)
     rows = {lr: variant(report, lr=lr, **{Z: off}) for lr in (lrs[0], lrs[-1])}
-    low, top = (per_seed(rows[lr], late_fall(warmup), "logits/log_z") for lr in rows)
-    lowest = per_seed(rows[lrs[-1]], late_min(warmup), "logits/log_z")
-    rise = per_run(rows[lrs[-1]], late_rise(warmup), "logits/log_z")
+    low, top = (per_seed(rows[lr], late_fall(warmup), names.LOG_Z) for lr in rows)
+    lowest = per_seed(rows[lrs[-1]], late_min(warmup), names.LOG_Z)
+    rise = per_run(rows[lrs[-1]], late_rise(warmup), names.LOG_Z)
     v.threshold = (
         f"no z-loss, after warmup: at lr {lrs[-1]:g} log Z's lowest value is >= {DRIFT:g} nat "
         f"below its end-of-warmup value and below 0, and that fall >= {GROWS:g} x the fall at "
@@ -335,7 +336,7 @@ def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
     """z-loss pulls log Z toward 0 whether or not it diverges: decided at every size."""
     lrs, off, on = z_arms(report)
     plain, z = (
-        per_seed(variant(report, lr=lrs[-1], **{Z: arm}), final_abs_log_z, "logits/log_z")
+        per_seed(variant(report, lr=lrs[-1], **{Z: arm}), final_abs_log_z, names.LOG_Z)
         for arm in (off, on)
     )
     v.threshold = (

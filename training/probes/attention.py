@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from training import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 
@@ -61,8 +62,8 @@ class MaxAttnLogit(ForwardMeasure):
         return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(blocks)]
 
     def read(self, logits, step):
-        out = {f"attn/max_logit/layer_{i}": v for i, v in sorted(self.per_layer.items())}
-        out["attn/max_logit"] = torch.stack(list(self.per_layer.values())).amax()
+        out = {names.per_layer(names.MAX_LOGIT, i): v for i, v in sorted(self.per_layer.items())}
+        out[names.MAX_LOGIT] = torch.stack(list(self.per_layer.values())).amax()
         return out
 
 
@@ -83,6 +84,6 @@ class AttnEntropy(ForwardMeasure):
     def read(self, logits, step):
         out = {}
         for i, heads in sorted(self.per_layer.items()):
-            out[f"attn/entropy/layer_{i}"] = heads.mean()
-            out[f"attn/entropy_min/layer_{i}"] = heads.amin()
+            out[names.per_layer(names.ATTN_ENTROPY, i)] = heads.mean()
+            out[names.per_layer(names.ATTN_ENTROPY_MIN, i)] = heads.amin()
         return out

@@ -15,17 +15,19 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from training import metric_names as names
 from training.probes.common import blocks_of, log_to_loggers, to_floats
 
 
 def grad_norm_groups(module: nn.Module, blocks: Sequence[nn.Module]) -> dict[str, list]:
     """Metric name -> the parameters whose gradients it measures."""
-    groups = {"grad_norm/total": list(module.parameters())}
+    groups = {names.GRAD_TOTAL: list(module.parameters())}
     for i, block in enumerate(blocks):
-        groups[f"grad_norm/layer_{i}"] = list(block.parameters())
-        groups[f"grad_norm/layer_{i}/attn"] = list(block.attn.parameters())
-        groups[f"grad_norm/layer_{i}/mlp"] = list(block.mlp.parameters())
-    groups["grad_norm/last_fc2"] = [EffectiveWeight(blocks[-1].mlp.fc2)]
+        layer = names.per_layer(names.GRAD_NORM, i)
+        groups[layer] = list(block.parameters())
+        groups[f"{layer}/attn"] = list(block.attn.parameters())
+        groups[f"{layer}/mlp"] = list(block.mlp.parameters())
+    groups[names.LAST_FC2] = [EffectiveWeight(blocks[-1].mlp.fc2)]
     return groups
 
 

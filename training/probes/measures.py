@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 
+from training import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 
@@ -42,13 +43,13 @@ class BlockOutputs(ForwardMeasure):
         return [block.register_forward_hook(hook(i)) for i, block in enumerate(blocks)]
 
     def read(self, logits, step):
-        return {f"{self.prefix}/layer_{i}": v for i, v in sorted(self.per_layer.items())}
+        return {names.per_layer(self.prefix, i): v for i, v in sorted(self.per_layer.items())}
 
 
 class ActNorm(BlockOutputs):
     """Residual-stream RMS after each block."""
 
-    prefix = "act_norm"
+    prefix = names.ACT_NORM
 
     def measure(self, x, h):
         return h.float().square().mean().sqrt()
@@ -57,7 +58,7 @@ class ActNorm(BlockOutputs):
 class ActMax(BlockOutputs):
     """Largest |value| of the residual stream after each block."""
 
-    prefix = "act_max"
+    prefix = names.ACT_MAX
 
     def measure(self, x, h):
         return h.float().abs().amax()
@@ -66,7 +67,7 @@ class ActMax(BlockOutputs):
 class BlockCos(BlockOutputs):
     """Mean cosine between each position's residual vector before and after the block."""
 
-    prefix = "block_cos"
+    prefix = names.BLOCK_COS
 
     def measure(self, x, h):
         return F.cosine_similarity(x.float(), h.float(), dim=-1).mean()
@@ -99,7 +100,7 @@ class ModelUpdate(ForwardMeasure):
                     self.warned = True
                 return {}
             self.ref = logits.detach().float().clone()
-        return {"update/model": model_update_norm(logits, self.ref.to(logits.device))}
+        return {names.UPDATE: model_update_norm(logits, self.ref.to(logits.device))}
 
     def state_dict(self):
         return {"ref": None if self.ref is None else self.ref.cpu()}
@@ -113,4 +114,4 @@ class LogZ(ForwardMeasure):
 
     def read(self, logits, step):
         log_z = logits.float().logsumexp(dim=-1)  # (B, T) or (B,)
-        return {"logits/log_z": log_z.mean(), "logits/log_z_rms": log_z.square().mean().sqrt()}
+        return {names.LOG_Z: log_z.mean(), names.LOG_Z_RMS: log_z.square().mean().sqrt()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from training import metric_names as names
 from training.probes.attention import AttnEntropy, MaxAttnLogit
 from training.probes.forward import ForwardMeasure, ForwardProbes
 from training.probes.gradients import GradNormProbe
@@ -39,7 +40,7 @@ PROBES: dict[str, ProbeSpec] = {
         callback=lambda every, cfg, batch: GradNormProbe(every),
     ),
     "act_norm": ProbeSpec(10, "act_norm/layer_{i}", ActNorm),
-    "update": ProbeSpec(10, "update/model", ModelUpdate),
+    "update": ProbeSpec(10, names.UPDATE, ModelUpdate),
     "max_logit": ProbeSpec(10, "attn/max_logit[/layer_{i}]", MaxAttnLogit),
     "attn_entropy": ProbeSpec(
         10, "attn/entropy/layer_{i}, attn/entropy_min/layer_{i}", AttnEntropy
