@@ -68,6 +68,7 @@ from training import runfiles
 from training.record import Outcome, Status
 
 SIZES = ("cpu", "gpu")
+SWEEPS = ROOT / "multirun" / "reproduce"  # each finding's sweep dir, by default
 TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
 
 
@@ -115,7 +116,7 @@ def plan(args: argparse.Namespace) -> Sweep:
     name = ALIASES.get(args.finding, args.finding)
     finding = FINDINGS[name]
     experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
-    out = (args.out or ROOT / "multirun" / "reproduce" / experiment).resolve()
+    out = (args.out or SWEEPS / experiment).resolve()
     cfg = compose(experiment, args.overrides)
     launches = [(o, sweep_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
     command = " ".join(
@@ -340,7 +341,7 @@ def reproduce_all(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         code = max(code, main([name, *flags, *publish_to, *args.overrides]))
         experiment = FINDINGS[name].experiment + suffix
-        record = ROOT / "multirun" / "reproduce" / experiment / f"{verdict_stem(name)}.json"
+        record = SWEEPS / experiment / f"{verdict_stem(name)}.json"
         if record.is_file() and not args.dry_run:
             r = json.loads(record.read_text())
             rows.append((name, fmt(r["counts"]), r["wall_s"], time.perf_counter() - start))

@@ -347,7 +347,8 @@ def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> No
     )
 
 
-def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys) -> None:
+def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "SWEEPS", tmp_path)  # not this checkout's finished sweeps
     assert reproduce.main(["all", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.count("estimate: ~") == len(FINDINGS) and "findings, 13 sweeps: ~" in out
