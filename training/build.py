@@ -25,7 +25,7 @@ from training.config import gpu_accelerator
 from training.console import StepLines, header_line
 from training.divergence import Divergence
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
-from training.fit import Fit, initial_results
+from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes import probe_callbacks
@@ -185,7 +185,7 @@ def build(cfg: DictConfig, attempt: RunDir) -> Fit:
         raise ConfigError(str(err)) from err
     resumed = None if plan.ckpt is None else int(plan.ckpt["global_step"])
     attempt.record.results.update(
-        initial_results(dm, model, optim.warmup_steps, resumed, loggers, cfg)
+        built_results(dm, model, optim.warmup_steps, resumed, loggers, cfg)
     )
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():

@@ -1,5 +1,5 @@
 """The fit of a built run and what it adds to the run's record (summary.json's results): the
-fields known before the first step (``initial_results``) and those the fit measured
+fields the build knows before the first step (``built_results``) and those the fit measured
 (``Fit.fit``). training/build.py builds the ``Fit``; train.py calls ``fit()``.
 """
 
@@ -23,7 +23,7 @@ from training.reliability.resume import ResumeCheckpoint
 from training.task import TrainTask
 
 
-def initial_results(
+def built_results(
     dm: L.LightningDataModule,
     model: nn.Module,
     warmup_steps: int,
