@@ -347,6 +347,7 @@ def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.slow  # composes all 13 sweeps; test_experiment_composes_and_sweeps checks each fast
 def test_all_runs_every_finding_once_and_f13_shares_f6s_sweep(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(reproduce, "SWEEPS", tmp_path)  # not this checkout's finished sweeps
     assert reproduce.main(["all", "--dry-run"]) == 0
