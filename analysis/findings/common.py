@@ -311,12 +311,6 @@ def measure(verdict: Verdict, **measured: Any) -> None:
     verdict.measured.update({k: rnd(v) if isinstance(v, float) else v for k, v in measured.items()})
 
 
-def decide(verdict: Verdict, passed: bool, **measured: Any) -> Verdict:
-    measure(verdict, **measured)
-    verdict.status = "PASS" if passed else "FAIL"
-    return verdict
-
-
 def interval_of(
     v: Verdict, name: str, ci: stats.Interval, margin: float, side: str
 ) -> tuple[str, int | None]:

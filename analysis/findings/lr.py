@@ -194,9 +194,10 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
 
 
 # --- F13: Wortsman et al.'s Figure 1: loss vs lr with qk-layernorm and z-loss ---------------------
-def curve_of(report: dict, qk: bool, z: float) -> tuple[dict[float, float], dict[str, Any]]:
-    """The arm's loss per lr, and what a verdict shows of it: sensitivity, best lr and loss."""
-    curve = lr_curve(lr_losses(report, qk, z))
+def curve_of(losses: dict[float, dict[Any, float]]) -> tuple[dict[float, float], dict[str, Any]]:
+    """An arm's loss per lr (its seeds' mean, from lr_losses), and what a verdict shows of it:
+    sensitivity, best lr and loss."""
+    curve = lr_curve(losses)
     best = min(curve, key=curve.get)
     shown = {
         "sensitivity": round(sensitivity(curve), 4),
@@ -224,8 +225,8 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
         z = z_on(report) if z_arm else 0.0
         base_losses, losses = lr_losses(report, base_qk, 0.0), lr_losses(report, qk, z)
-        base, base_shown = curve_of(report, base_qk, 0.0)
-        with_, shown = curve_of(report, qk, z)
+        base, base_shown = curve_of(base_losses)
+        with_, shown = curve_of(losses)
         seeds = {"none": seed_curves(base_losses), "with": seed_curves(losses)}
         sens = {k: [sensitivity(c) for c in cs] for k, cs in seeds.items()}
         best = {k: [min(c.values()) for c in cs] for k, cs in seeds.items()}
@@ -268,12 +269,9 @@ def flat_span(curve: dict[float, float]) -> float:
 
 def f13_combined_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
     z = z_on(report)
-    _, shown = curve_of(report, True, z)
-    _, base_shown = curve_of(report, False, 0.0)
-    spans = {
-        k: [flat_span(c) for c in seed_curves(lr_losses(report, qk, zz))]
-        for k, qk, zz in (("both", True, z), ("none", False, 0.0))
-    }
+    losses = {"both": lr_losses(report, True, z), "none": lr_losses(report, False, 0.0)}
+    (_, shown), (_, base_shown) = curve_of(losses["both"]), curve_of(losses["none"])
+    spans = {k: [flat_span(c) for c in seed_curves(by_lr)] for k, by_lr in losses.items()}
     v.threshold = (
         f"qk + z-loss: the lrs within {WORSE} of its best span >= {SPAN:g}x, and more than "
         "without both (95% intervals over seeds' spans, on logs)"
