@@ -64,6 +64,10 @@ class OptimConfig:
     independent_wd: bool = False
     momentum: float = 0.9  # sgd, muon
     nesterov: bool = False  # sgd, muon
+    # AdamW's (and Muon's AdamW half's) fused step: None, on a GPU only (the CPU takes torch's
+    # foreach step); true, on the CPU too (about 3x faster a step at the findings' sizes, the
+    # results move in the last digits: an opt-in, docs/benchmarks.md); false, never.
+    fused: bool | None = None
 
     def read(self) -> dict:
         """The settings this config's optimizer reads (what a run records as its optim)."""
@@ -144,10 +148,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def adamw(groups: list[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
-    """torch's AdamW over ``groups``; the fused CUDA implementation when every parameter is on a
-    GPU."""
+    """torch's AdamW over ``groups``; its fused implementation as ``cfg.fused`` says (None: when
+    every parameter is on a GPU)."""
     params = [p for g in groups for p in g["params"]]
-    fused = True if params and all(p.is_cuda for p in params) else None
+    fused = cfg.fused
+    if fused is None:
+        fused = True if params and all(p.is_cuda for p in params) else None
+    elif not fused:
+        fused = None  # torch's default step (foreach where it can)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
 
 
@@ -280,10 +288,10 @@ SCHEDULE_KEYS = (
     "z_loss", "independent_wd",
 )  # fmt: skip
 OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
-    "adamw": ("betas", "eps"),
+    "adamw": ("betas", "eps", "fused"),
     "sgd": ("momentum", "nesterov"),
     "adafactor": (),  # torch's defaults for its decay rate and eps
-    "muon": ("momentum", "nesterov", "betas", "eps"),  # betas and eps: its AdamW half
+    "muon": ("momentum", "nesterov", "betas", "eps", "fused"),  # betas, eps, fused: its AdamW half
 }
 # What stability studies compare (Wortsman et al. 2023 vary AdamW's eps and betas, which stay
 # optim.eps and optim.betas). Lion is not in torch.

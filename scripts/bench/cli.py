@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from scripts.bench.core import CLOCKS, BenchConfig, Result, keep_freed_memory, one_line
-from scripts.bench.harness import bench_lightning, bench_memory, bench_probes
+from scripts.bench.harness import bench_lightning, bench_memory, bench_optimizer, bench_probes
 from scripts.bench.models import (
     bench_gpt,
     bench_norms,
@@ -46,6 +46,7 @@ SECTIONS: dict[str, Callable[[BenchConfig], list[Result]]] = {
     "norms": bench_norms,
     "placements": bench_placements,
     "lightning": bench_lightning,
+    "optimizer": bench_optimizer,
     "probes": bench_probes,
     "memory": bench_memory,
 }

@@ -19,7 +19,18 @@ from pathlib import Path
 import torch
 
 from analysis.runs import run_series
-from scripts.bench.core import CLOCKS, GPT_SIZES, BenchConfig, Result, skip, train_step
+from scripts.bench.core import (
+    CLOCKS,
+    GPT_SIZES,
+    BenchConfig,
+    LMSize,
+    Result,
+    interleaved,
+    skip,
+    speed_results,
+    train_step,
+    warm,
+)
 from scripts.bench.models import normlab_gpt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +139,59 @@ def bench_lightning(bc: BenchConfig) -> list[Result]:
             note = "throughput/tokens_per_s: training_step to optimizer step, wall clock"
             ratio = ratio if bc.clock == "wall" else None
         out.append(Result("lightning", name, value, "tok/s", ratio, None, note))
+    return out
+
+
+# ---------------------------------------------------------------- the optimizer step
+# F11's CPU size (24 layers, width 64, context 32, batch 16; conf/experiment/f11_admin.yaml):
+# the findings' deepest, narrowest model, where the optimizer's share of a step is largest.
+OPTIMIZER_SIZES = {"quick": LMSize(2, 2, 32, 32, 64, 4), "cpu": LMSize(24, 4, 64, 32, 256, 16)}
+
+
+def bench_optimizer(bc: BenchConfig) -> list[Result]:
+    """optim.fused on the CPU: torch's fused AdamW against its default (foreach) step, as the
+    whole training step and as the optimizer step alone, each timed in alternation; and how
+    far their losses part over the timed steps."""
+    if bc.device != "cpu":
+        return [skip("optimizer", "fused AdamW", "a GPU always takes the fused step")]
+    from training.optim import OPTIMIZERS, OptimConfig
+
+    s = OPTIMIZER_SIZES[bc.size]
+    idx = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size))
+    steps, opt_steps, losses = {}, {}, {}
+    for name, fused in (("default step", None), ("fused", True)):
+        torch.manual_seed(0)
+        model = normlab_gpt(s)
+        opt = OPTIMIZERS["adamw"](model, OptimConfig(lr=1e-3, fused=fused))
+        losses[name] = []
+
+        def step(model=model, opt=opt, seen=losses[name]) -> None:
+            loss = model(idx, idx)[1]
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            seen.append(loss.item())
+
+        def optimizer_step(model=model, opt=opt) -> None:
+            for p in model.parameters():  # a fixed gradient: only the update is timed
+                p.grad = torch.full_like(p, 1e-3)
+            opt.step()
+
+        steps[name], opt_steps[name] = step, optimizer_step
+    size = f"L{s.n_layer} d{s.n_embd} T{s.block_size} B{s.batch_size}"
+    tokens = s.batch_size * s.block_size
+    for fn in steps.values():
+        warm(fn, bc)
+    out = speed_results("optimizer", interleaved(steps, bc), "default step", tokens, "tok/s",
+                        f"{size}: forward + backward + AdamW step")  # fmt: skip
+    for fn in opt_steps.values():
+        warm(fn, bc)
+    for r in speed_results("optimizer", interleaved(opt_steps, bc), "default step", 0, "ms",
+                           f"{size}: the AdamW step alone"):  # fmt: skip
+        r.name = f"{r.name} (AdamW alone)"
+        out.append(r)
+    parted = max(abs(a - b) for a, b in zip(losses["fused"], losses["default step"]))
+    out[1].note += f"; losses part by at most {parted:.1e} over {len(losses['fused'])} steps"
     return out
 
 

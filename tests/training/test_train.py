@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 import models.gpt
 import train
 from models.config import NormConfig, PlacementConfig
-from models.gpt import GPT
+from models.gpt import GPT, GPTConfig
 from models.norms import NORMS
 from models.placement import PLACEMENTS
 from tests.conftest import (
@@ -128,6 +128,31 @@ def test_gpu_speed_settings_stay_off_the_cpu(monkeypatch):
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_fused_adamw_is_an_opt_in_on_the_cpu_that_matches_the_default_step():
+    """optim.fused=true takes torch's fused AdamW on the CPU; its losses follow the default
+    (foreach) step's to float rounding; false never fuses; SGD refuses the key."""
+    cfg = GPTConfig(vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=8)
+    idx = torch.randint(0, 11, (3, 6), generator=torch.Generator().manual_seed(0))
+    losses = {}
+    for fused in (None, True, False):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = OPTIMIZERS["adamw"](model, OptimConfig(fused=fused, lr=1e-3))
+        assert opt.defaults["fused"] is (True if fused else None)
+        losses[fused] = []
+        for _ in range(10):
+            loss = model(idx, idx)[1]
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[fused].append(loss.item())
+    assert losses[None] == losses[False]
+    assert max(abs(a - b) for a, b in zip(losses[True], losses[None], strict=True)) < 1e-5
+    assert losses[None][0] - losses[None][-1] > 0.01  # the steps moved the model
+    with pytest.raises(ConfigError, match="optim.fused is not read by optim=sgd"):
+        optim_config(compose_cfg(["optim=sgd", "+optim.fused=true"]), 0)
 
 
 def test_non_finite_loss_stops_cleanly_as_diverged():
