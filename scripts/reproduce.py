@@ -237,7 +237,8 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     seeds = "seed=" + ",".join(map(str, confirm["seeds"]))
     out = []
     report = compare(sweep.out, plots=False)
-    for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"]):
+    baseline = settings_of(sweep.cfg).get("baseline")
+    for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"], baseline):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
         fixed = [  # a param the report does not vary (None) is left to the experiment
             f"{key}={chosen[param]}"

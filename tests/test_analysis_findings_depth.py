@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis.findings import NoData, Verdict, evaluate
-from analysis.findings.common import variant
+from analysis.findings.common import confirm_at, variant
 from analysis.findings.depth import post_update_jumps
 from models.placement import PLACEMENTS
 from tests.reports import by_id, depth_report, row
@@ -109,6 +109,55 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
     assert v.status == "FAIL" and v.intervals["post / deepnorm"]["effect"] == pytest.approx(1.5)
     with pytest.raises(NoData):  # window 1..0: nothing logged there
         post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
+
+
+def test_an_update_arm_with_warmup_beside_a_grid_without(tmp_path: Path) -> None:
+    """The ViT's V3 arm: 12-layer Post-LN and DeepNorm warmed up at V3's rate beside the grid
+    without warmup. V1 reads the grid (reproduce.baseline pins warmup_steps at 0), V3 the arm
+    (reproduce.update_arm), and the confirming launches leave the arm alone."""
+
+    def runs(name: str, peak: float, seeds: list[int]) -> list[dict]:
+        out = []
+        for seed in seeds:
+            path = tmp_path / f"{name}-{seed}"
+            path.mkdir()
+            rows = ["step,update/model"] + [f"{s},{peak}" for s in range(1, 11)]
+            (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+            out.append({"run_dir": str(path), "seed": seed, "status": "completed",
+                        "best_val_loss": 1.0})  # fmt: skip
+        return out
+
+    grid = depth_report(
+        {("post", 12): [0.9, 0.9], ("pre", 12): [0.4, 0.4], ("deepnorm", 12): [0.2, 0.2]},
+        lr=3e-3,
+        warmup_steps=0,
+    )["variants"]
+    grid += depth_report(
+        {("post", 12): [1.5, 1.5], ("pre", 12): [0.5, 0.5], ("deepnorm", 12): [0.3, 0.3]},
+        lr=1e-3,
+        warmup_steps=0,
+    )["variants"]
+    arm = [
+        {"label": p, "params": {"placement": p, "n_layer": 12, "lr": 3e-3, "warmup_steps": 20},
+         "runs": runs(p, peak, [0, 1, 2, 3, 4])}
+        for p, peak in (("post", 6.0), ("deepnorm", 1.0))
+    ]  # fmt: skip
+    report = {"variants": grid + arm}
+    settings = {"max_steps": 200, "lr": 3e-3, "baseline": {"warmup_steps": 0},
+                "update_arm": {"warmup_steps": 20}}  # fmt: skip
+    v1, _, v3 = evaluate("vit", report, settings)
+    assert v1.status == "PASS" and v1.measured["post"] == pytest.approx(0.9)
+    assert v1.measured["best_lr"] == {"post-L12": 3e-3, "pre-L12": 3e-3, "deepnorm-L12": 3e-3}
+    assert v3.intervals["post / deepnorm"]["n"] == [5, 5]
+    assert v3.intervals["post / deepnorm"]["effect"] == pytest.approx(6.0)
+    # Without the baseline the grid's 3e-3 rows and the arm's collide: no single row to read.
+    assert evaluate("vit", report, {**settings, "baseline": {}})[0].status == "NO DATA"
+    assert confirm_at(report, ["placement", "n_layer"], [100], {"warmup_steps": 0}) == [
+        {"placement": p, "n_layer": 12, "lr": 3e-3} for p in ("deepnorm", "post", "pre")
+    ]
+    assert confirm_at(report, ["placement", "n_layer"], [100]) == [  # the same collision
+        {"placement": "pre", "n_layer": 12, "lr": 3e-3}
+    ]
 
 
 def league_report(tmp: Path, curves: dict[str, dict[float, list]], unigram: float) -> dict:

@@ -94,14 +94,24 @@ def close(a: Any, b: Any) -> bool:
     return a == b
 
 
-def variant(report: dict, **params: Any) -> dict:
-    """The one variant row whose params match ``params``; in a learning-rate sweep without
-    ``lr`` in ``params``, the matching row at its best lr (at_best_lr)."""
-    rows = [
+def matching(rows: list[dict], params: dict[str, Any], baseline: dict[str, Any]) -> list[dict]:
+    """The rows whose params match ``params``, and ``baseline``'s value for each key of it that
+    ``params`` does not name and the row has (an experiment's ``reproduce.baseline``: the value
+    of a key its arms vary that the grid's claims are about, e.g. warmup_steps: 0)."""
+    pinned = {k: v for k, v in baseline.items() if k not in params}
+    return [
         r
-        for r in report.get("variants", [])
+        for r in rows
         if all(close(r["params"].get(k), v) for k, v in params.items())
+        and all(k not in r["params"] or close(r["params"][k], v) for k, v in pinned.items())
     ]
+
+
+def variant(report: dict, **params: Any) -> dict:
+    """The one variant row whose params match ``params`` (and the experiment's baseline); in a
+    learning-rate sweep without ``lr`` in ``params``, the matching row at its best lr
+    (at_best_lr)."""
+    rows = matching(report.get("variants", []), params, report.get("baseline") or {})
     lrs = [r["params"].get("lr") for r in rows]
     if len(rows) > 1 and "lr" not in params and len(set(lrs)) == len(rows):
         return at_best_lr(report, rows, params)
@@ -121,11 +131,7 @@ def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
     the variant's mean score at every swept lr (report["fixed_lrs"]), so the verdict says which
     rate it was decided at and what the other rates show."""
     others = {k: v for k, v in params.items() if k != "lr"}
-    rows = [
-        r
-        for r in report.get("variants", [])
-        if all(close(r["params"].get(k), v) for k, v in others.items())
-    ]
+    rows = matching(report.get("variants", []), others, report.get("baseline") or {})
     by_lr = {}
     for r in sorted(rows, key=lambda r: r["params"].get("lr") or 0):
         found = scores(r)
@@ -181,18 +187,18 @@ def seed_subset(row: dict, seeds: set, inside: bool) -> dict:
     return {**row, "runs": [r for r in row["runs"] if (r.get("seed") in seeds) == inside]}
 
 
-def confirm_at(report: dict, by: list[str], seeds: list) -> list[dict[str, Any]]:
-    """Each variant's params (the ``by`` keys) with its best lr chosen on the grid's seeds
-    (those not in ``seeds``): what the confirming runs fix."""
-    groups = {tuple(r["params"].get(k) for k in by) for r in report.get("variants", [])}
+def confirm_at(
+    report: dict, by: list[str], seeds: list, baseline: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Each variant's params (the ``by`` keys; at the ``baseline``'s values of the keys an arm
+    varies) with its best lr chosen on the grid's seeds (those not in ``seeds``): what the
+    confirming runs fix."""
+    variants = matching(report.get("variants", []), {}, baseline or {})
+    groups = {tuple(r["params"].get(k) for k in by) for r in variants}
     out = []
     for key in sorted(groups, key=str):
         params = dict(zip(by, key, strict=True))
-        rows = [
-            seed_subset(r, set(seeds), False)
-            for r in report["variants"]
-            if all(close(r["params"].get(k), v) for k, v in params.items())
-        ]
+        rows = [seed_subset(r, set(seeds), False) for r in matching(variants, params, {})]
         if len({r["params"].get("lr") for r in rows}) == len(rows) > 1:
             out.append({**params, "lr": best_row(rows)["params"]["lr"]})
     return out

@@ -17,6 +17,7 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
         report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
         report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
         report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])
+        report["baseline"] = settings.get("baseline") or {}  # what an arm's key is elsewhere
         try:
             v = note_lrs(
                 claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
@@ -27,4 +28,5 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
     report.pop("chosen_lrs", None)
     report.pop("fixed_lrs", None)
     report.pop("confirm_seeds", None)
+    report.pop("baseline", None)
     return out

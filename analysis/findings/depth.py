@@ -142,6 +142,7 @@ def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
     if depth is None or not max_steps:
         raise NoData("no depths or max_steps")
     at = {"lr": settings["lr"]} if len(values(report, "lr")) > 1 and "lr" in settings else {}
+    at.update(settings.get("update_arm") or {})  # an arm of its own (the ViT's, with warmup)
     post = early_update(variant(report, placement="post", n_layer=depth, **at), max_steps)
     deep = early_update(variant(report, placement="deepnorm", n_layer=depth, **at), max_steps)
     v.threshold = (

@@ -190,7 +190,7 @@ def bench_optimizer(bc: BenchConfig) -> list[Result]:
                            f"{size}: the AdamW step alone"):  # fmt: skip
         r.name = f"{r.name} (AdamW alone)"
         out.append(r)
-    parted = max(abs(a - b) for a, b in zip(losses["fused"], losses["default step"]))
+    parted = max(abs(a - b) for a, b in zip(losses["fused"], losses["default step"], strict=True))
     out[1].note += f"; losses part by at most {parted:.1e} over {len(losses['fused'])} steps"
     return out
 
