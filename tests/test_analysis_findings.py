@@ -14,6 +14,21 @@ from analysis.findings.lr import sensitivity
 from tests.reports import FAILED, by_id, row
 
 
+# --- the claims' margins --------------------------------------------------------------------------
+def test_each_claim_declares_its_margins_from_the_one_table() -> None:
+    """Every registry entry names the margins its check decides by; one word has one value across
+    the findings (analysis/findings/claims.py), and the verdict records them."""
+    from analysis.findings import FINDINGS, claims
+
+    for finding in FINDINGS.values():
+        for claim in finding.claims:
+            assert claim.margins, f"{claim.id} declares no margin"
+            for name, value in claim.margins.items():
+                assert value == getattr(claims, name.upper()), (claim.id, name)
+    f5 = evaluate("f5", {"variants": [row([2.0, 2.0], norm="layernorm")]})[0]
+    assert f5.margins == {"close": 0.05} and f5.to_dict()["margins"] == {"close": 0.05}
+
+
 # --- which runs count -----------------------------------------------------------------------------
 def f2_report(pre_off: list, pre_on: list, post_off: list | None = None) -> dict:
     rows = [row(pre_off, placement="pre", lr=1e-3, warmup_steps=0)]
@@ -261,11 +276,13 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
     # 15x over 300x of lr (2.48 decades): 2.98x a decade, bounded; the same rise over one
     # decade is not.
     from analysis import stats
-    from analysis.findings.lr import PER_DECADE, per_decade
+    from analysis.findings.lr import per_decade
 
+    bound = v["F6b"].margins.logit_growth ** 0.5  # the claim's margin, a decade of lr
+    assert bound == pytest.approx(10**0.5)
     rise = stats.ratio_interval([15.0, 15.0], [1.0, 1.0])
-    assert per_decade(rise, [1e-3, 3e-1]).effect < PER_DECADE
-    assert per_decade(rise, [1e-3, 1e-2]).effect > PER_DECADE
+    assert per_decade(rise, [1e-3, 3e-1]).effect < bound
+    assert per_decade(rise, [1e-3, 1e-2]).effect > bound
     gap = v["F6c"].intervals["no-qk - qk"]
     assert gap["effect"] == pytest.approx(((2.5 - 2.45) + (4.6 - 2.6)) / 2)
     assert v["F6d"].measured["no_qk"] == pytest.approx((0.2 + 0 + 2.1) / 3, abs=1e-4)

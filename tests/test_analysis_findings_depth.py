@@ -99,16 +99,19 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
         return {"label": placement, "params": {"placement": placement, "n_layer": 12}, "runs": runs}
 
     report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
-    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+    with pytest.raises(AttributeError, match="margin 'update_ratio' is not declared"):
+        post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+    margins = {"update_ratio": 2.0}  # F3c's registry entry
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", "", margins=margins))
     # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
     ratio = v.intervals["post / deepnorm"]
     assert v.status == "PASS" and ratio["effect"] == pytest.approx(3.0) and ratio["n"] == [2, 2]
     assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
     report["variants"][1] = variant("deepnorm", 4.0)
-    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", "", margins=margins))
     assert v.status == "FAIL" and v.intervals["post / deepnorm"]["effect"] == pytest.approx(1.5)
     with pytest.raises(NoData):  # window 1..0: nothing logged there
-        post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", ""))
+        post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", "", margins=margins))
 
 
 def test_an_update_arm_with_warmup_beside_a_grid_without(tmp_path: Path) -> None:

@@ -31,13 +31,8 @@ run (a config error, a crash, a refused resume) says nothing about its variant a
 never read as a divergence. A diverged run scores +inf: it counts as worse than any run that
 trained, and a variant with one such seed is as bad as its worst seed.
 
-Margins shared by the families (losses in nats per token / per image), the effect sizes the
-claims are worded by, fixed before the runs:
-    WORSE = 0.10   "ends worse": far below the gaps the papers report
-    CLOSE = 0.05   "close to" / "matches"
-The seeds' noise enters through the interval, never through the margin. (Before intervals, the
-margins were set at 2-2.5 seed sds measured at 0.02-0.04 and decided on point estimates; at best
-rates near a stability edge the sds are 0.06-0.11, where a point estimate decided nothing.)
+Each claim's margins come from its registry entry (analysis/findings/claims.py: the table of
+margins and why each has its value), in ``Verdict.margins``.
 """
 
 from __future__ import annotations
@@ -53,10 +48,22 @@ from analysis import stats
 from analysis.runs import FINISHED
 
 MIN_SEEDS = 2
-WORSE, CLOSE = 0.10, 0.05
 STATUSES = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")
 SIDE_TEXT = {"above": ">= {m:g}", "below": "<= {m:g}", "within": "within ±{m:g}"}
 UNTESTABLE = "NOT TESTABLE AT THIS SIZE"
+
+
+class Margins(dict):
+    """A claim's margins by name, read as attributes (``v.margins.fails``); a name its registry
+    entry does not declare is an error that says where to declare it."""
+
+    def __getattr__(self, name: str) -> float:
+        if name not in self:
+            raise AttributeError(
+                f"margin {name!r} is not declared by this claim: add it to the claim's margins "
+                "in its registry entry (analysis/findings/registry.py, registry_probes.py)"
+            )
+        return self[name]
 
 
 @dataclass
@@ -70,6 +77,10 @@ class Verdict:
     note: str = ""
     # effect name -> {effect, lo, hi, n, method, margin, side, outcome[, seeds_needed]}
     intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    margins: Margins = field(default_factory=lambda: Margins())  # the claim's, by name
+
+    def __post_init__(self) -> None:
+        self.margins = Margins(self.margins)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

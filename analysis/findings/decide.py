@@ -13,7 +13,7 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
     settings = settings or {}
     out = []
     for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
-        v = Verdict(claim.id, claim.statement, claim.source)
+        v = Verdict(claim.id, claim.statement, claim.source, margins=claim.margins)
         report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
         report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
         report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])

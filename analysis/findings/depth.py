@@ -1,15 +1,8 @@
 """Warmup and depth (F2, F3, F4, the ViT and the placement study): which placements need warmup,
 which train deep, and how large the early model update is.
 
-Thresholds (losses in nats; see common.py for WORSE and CLOSE):
-    FAILS = 0.20   "fails to train": a gap no seed noise reaches (a stuck Post-LN sits ~0.6 above)
-    DEEP_OK = 0.30 "trains at depth": deepest within this of the same placement's shallowest
-                   (short runs of deep stacks lag a little without failing); in a sweep of one
-                   depth, ends at least this far below the unigram loss (the plateau a stalled
-                   stack sits on: within 0.02 of it in F3, 3.25-3.27 vs 3.26)
-    F4_TOL = 0.02  "ends slightly better": Post-LN's mean at most this above Pre-LN's
-    UPDATE_RATIO = 2.0  Post-LN's model update over the first 5% of steps at least this multiple
-                   of DeepNorm's (seeds differ by ~15%; DeepNet reports orders of magnitude)
+Margins (FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO, WORSE, CLOSE): each claim's registry entry, their
+values and reasons in analysis/findings/claims.py.
 """
 
 from __future__ import annotations
@@ -19,9 +12,7 @@ from pathlib import Path
 
 from analysis import stats
 from analysis.findings.common import (
-    CLOSE,
     MIN_SEEDS,
-    WORSE,
     Check,
     NoData,
     Verdict,
@@ -39,7 +30,6 @@ from analysis.findings.common import (
 from analysis.runs import read_summary, run_series
 from training import metric_names as names
 
-FAILS, DEEP_OK, F4_TOL, UPDATE_RATIO = 0.20, 0.30, 0.02, 2.0
 EARLY_FRACTION = 0.05  # "early": the first 5% of training
 
 
@@ -57,19 +47,21 @@ def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[dict, dic
 
 
 def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     off, on, where = warmup_pair(report, settings, "post")
-    v.threshold = f"no-warmup - warmup >= {WORSE} (95% interval)"
+    v.threshold = f"no-warmup - warmup >= {m.worse} (95% interval)"
     return decide_interval(
-        v, "gap", diff(off, on), WORSE, "above",
+        v, "gap", diff(off, on), m.worse, "above",
         post_no_warmup=mean_score(off), post_warmup=mean_score(on), **where,
     )  # fmt: skip
 
 
 def f2_pre_no_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     off, on, where = warmup_pair(report, settings, "pre")
-    v.threshold = f"no-warmup - warmup <= {CLOSE} (95% interval)"
+    v.threshold = f"no-warmup - warmup <= {m.close} (95% interval)"
     return decide_interval(
-        v, "gap", diff(off, on), CLOSE, "below",
+        v, "gap", diff(off, on), m.close, "below",
         pre_no_warmup=mean_score(off), pre_warmup=mean_score(on), **where,
     )  # fmt: skip
 
@@ -80,20 +72,24 @@ def depth_means(report: dict, placement: str, depth: int) -> float:
 
 
 def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     depth = max(values(report, "n_layer"), default=None)
     if depth is None:
         raise NoData("no depths in the report")
     post = depth_means(report, "post", depth)
     others = {p: depth_means(report, p, depth) for p in ("pre", "deepnorm")}
     best = min(others, key=others.get)
-    v.threshold = f"post diverged, or post - the better of pre, deepnorm >= {FAILS} (95% interval)"
+    v.threshold = (
+        f"post diverged, or post - the better of pre, deepnorm >= {m.fails} (95% interval)"
+    )
     ci = diff(variant(report, placement="post", n_layer=depth), variant(report, placement=best,
               n_layer=depth))  # fmt: skip
-    return decide_interval(v, f"post - {best}", ci, FAILS, "above", depth=depth, post=post,
+    return decide_interval(v, f"post - {best}", ci, m.fails, "above", depth=depth, post=post,
                            **others)  # fmt: skip
 
 
 def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     depths = values(report, "n_layer")
     if len(depths) < 2:
         raise NoData(f"depths {depths}: need >= 2")
@@ -101,13 +97,14 @@ def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
     for p in ("pre", "deepnorm"):
         rows = [variant(report, placement=p, n_layer=d) for d in (depths[0], depths[-1])]
         measured[f"{p}_shallowest"], measured[f"{p}_deepest"] = map(mean_score, rows)
-        parts[f"{p} deepest - shallowest"] = (diff(rows[1], rows[0]), DEEP_OK, "below")
-    v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK}, for each (95% interval)"
+        parts[f"{p} deepest - shallowest"] = (diff(rows[1], rows[0]), m.deep_ok, "below")
+    v.threshold = f"no divergence and deepest - shallowest <= {m.deep_ok}, for each (95% interval)"
     measure(v, **measured)
     return decide_all(v, parts)
 
 
 def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     depth = min(values(report, "n_layer"), default=None)
     if depth is None:
         raise NoData("no depths in the report")
@@ -116,8 +113,8 @@ def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
         raise NoData("F4 needs runs with warmup")
     rows = [variant(report, placement=p, n_layer=depth) for p in ("post", "pre")]
     post, pre = map(mean_score, rows)
-    v.threshold = f"post - pre <= {F4_TOL} (95% interval)"
-    return decide_interval(v, "post - pre", diff(*rows), F4_TOL, "below", depth=depth,
+    v.threshold = f"post - pre <= {m.f4_tol} (95% interval)"
+    return decide_interval(v, "post - pre", diff(*rows), m.f4_tol, "below", depth=depth,
                            post=post, pre=pre)  # fmt: skip
 
 
@@ -137,6 +134,7 @@ def early_update(row: dict, max_steps: int) -> list[float]:
 
 def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
     """At one fixed rate (the experiment's optim.lr), as DeepNet compares the updates."""
+    m = v.margins
     depth = max(values(report, "n_layer"), default=None)
     max_steps = settings.get("max_steps")
     if depth is None or not max_steps:
@@ -146,12 +144,12 @@ def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
     post = early_update(variant(report, placement="post", n_layer=depth, **at), max_steps)
     deep = early_update(variant(report, placement="deepnorm", n_layer=depth, **at), max_steps)
     v.threshold = (
-        f"post / deepnorm >= {UPDATE_RATIO} (mean over the first {EARLY_FRACTION:.0%} of steps; "
+        f"post / deepnorm >= {m.update_ratio} (mean over the first {EARLY_FRACTION:.0%} of steps; "
         "95% interval)"
     )
     ci = stats.ratio_interval(post, deep)
     shown = {"depth": depth, "post": statistics.fmean(post), "deepnorm": statistics.fmean(deep)}
-    return decide_interval(v, "post / deepnorm", ci, UPDATE_RATIO, "above", **shown, **at)
+    return decide_interval(v, "post / deepnorm", ci, m.update_ratio, "above", **shown, **at)
 
 
 # --- Placements at depth -------------------------------------------------------------------------
@@ -172,23 +170,24 @@ def trains_deep(placement: str) -> Check:
     depth: ends DEEP_OK below the unigram loss)."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        m = v.margins
         depths = values(report, "n_layer")
         if len(depths) == 1:
             row = variant(report, placement=placement, n_layer=depths[0])
             loss, plateau = mean_score(row), unigram_loss(row)
-            v.threshold = f"no divergence and unigram loss - loss >= {DEEP_OK} (95% interval)"
+            v.threshold = f"no divergence and unigram loss - loss >= {m.deep_ok} (95% interval)"
             ci = stats.mean_interval([plateau - x for x in scores(row)])
             return decide_interval(
-                v, "unigram - loss", ci, DEEP_OK, "above", depth=depths[0], loss=loss,
+                v, "unigram - loss", ci, m.deep_ok, "above", depth=depths[0], loss=loss,
                 unigram=plateau,
             )  # fmt: skip
         if len(depths) < 2:
             raise NoData(f"depths {depths}: need >= 1")
         rows = [variant(report, placement=placement, n_layer=d) for d in (depths[0], depths[-1])]
         shallow, deep = map(mean_score, rows)
-        v.threshold = f"no divergence and deepest - shallowest <= {DEEP_OK} (95% interval)"
+        v.threshold = f"no divergence and deepest - shallowest <= {m.deep_ok} (95% interval)"
         return decide_interval(
-            v, "deepest - shallowest", diff(rows[1], rows[0]), DEEP_OK, "below",
+            v, "deepest - shallowest", diff(rows[1], rows[0]), m.deep_ok, "below",
             depths=[depths[0], depths[-1]], shallowest=shallow, deepest=deep,
         )  # fmt: skip
 

@@ -2,8 +2,9 @@
 the report's init-probe groups, each claim on its 95% interval over the probe's seeds (each seed
 a freshly initialized model at every depth; analysis/stats.py).
 
-Thresholds on log-log slopes: flat |slope| < 0.15 (theory 0), shrinking < -0.3 (theory -0.5);
-residual norm last/first layer within [1/1.5, 1.5] (flat) or >= 2 (growing). A probe.json
+Margins (each claim's registry entry; analysis/findings/claims.py): log-log slopes flat under
+FLAT_SLOPE (theory 0), shrinking under SHRINK_SLOPE (theory -0.5); residual norm last/first
+layer within [1/FLAT_RATIO, FLAT_RATIO] (flat) or at least GROW_RATIO (growing). A probe.json
 without per-seed values (written before they were recorded) gives NO DATA: rerun f1.
 """
 
@@ -14,8 +15,6 @@ import statistics
 from analysis import stats
 from analysis.findings.common import NoData, Verdict, decide_all, decide_interval, rnd
 from analysis.runs import log_slope
-
-FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 0.15, -0.3, 1.5, 2.0
 
 
 def probe_series(report: dict, placement: str) -> list[dict]:
@@ -50,33 +49,37 @@ def residual_ratios(report: dict, placement: str) -> tuple[list[float], int]:
 
 
 def f1_post_grad_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     slopes, per_depth = fc2_slopes(report, "post")
-    v.threshold = f"|slope| < {FLAT_SLOPE} (95% interval)"
-    return decide_interval(v, "slope", stats.mean_interval(slopes), FLAT_SLOPE, "within",
+    v.threshold = f"|slope| < {m.flat_slope} (95% interval)"
+    return decide_interval(v, "slope", stats.mean_interval(slopes), m.flat_slope, "within",
                            last_fc2_grad=per_depth)  # fmt: skip
 
 
 def f1_pre_grad_shrinks(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     slopes, per_depth = fc2_slopes(report, "pre")
-    v.threshold = f"slope < {SHRINK_SLOPE} (95% interval)"
-    return decide_interval(v, "slope", stats.mean_interval(slopes), SHRINK_SLOPE, "below",
+    v.threshold = f"slope < {m.shrink_slope} (95% interval)"
+    return decide_interval(v, "slope", stats.mean_interval(slopes), m.shrink_slope, "below",
                            last_fc2_grad=per_depth)  # fmt: skip
 
 
 def f1_post_residual_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     ratios, depth = residual_ratios(report, "post")
     ci = stats.ratio_interval(ratios)
-    v.threshold = f"1/{FLAT_RATIO} <= last/first <= {FLAT_RATIO} (95% interval)"
+    v.threshold = f"1/{m.flat_ratio} <= last/first <= {m.flat_ratio} (95% interval)"
     v.measured.update(depth=depth)
     parts = {
-        "last/first (low side)": (ci, 1 / FLAT_RATIO, "above"),
-        "last/first (high side)": (ci, FLAT_RATIO, "below"),
+        "last/first (low side)": (ci, 1 / m.flat_ratio, "above"),
+        "last/first (high side)": (ci, m.flat_ratio, "below"),
     }
     return decide_all(v, parts)
 
 
 def f1_pre_residual_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     ratios, depth = residual_ratios(report, "pre")
-    v.threshold = f"last/first >= {GROW_RATIO} (95% interval)"
-    return decide_interval(v, "last/first", stats.ratio_interval(ratios), GROW_RATIO, "above",
+    v.threshold = f"last/first >= {m.grow_ratio} (95% interval)"
+    return decide_interval(v, "last/first", stats.ratio_interval(ratios), m.grow_ratio, "above",
                            depth=depth)  # fmt: skip

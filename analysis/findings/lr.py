@@ -13,9 +13,7 @@ from typing import Any
 
 from analysis import stats
 from analysis.findings.common import (
-    CLOSE,
     MIN_SEEDS,
-    WORSE,
     Check,
     NoData,
     Verdict,
@@ -38,18 +36,9 @@ from training import metric_names as names
 # rates, with l(lr) the final loss, l0 the loss at initialization and l* = min_lr l(lr); a run that
 # diverged (or ends above l0) counts at l0. Defined once, in analysis/lr_sweep.py (capped,
 # sensitivity), which the report's column uses too; l0 is the arm's mean first train loss.
-# Thresholds:
-#   LOGIT_GROWTH = 10  "grows" / "bounded": the max attention logit rises >= 10x per two decades
-#                      of lr (sqrt(10) = 3.16x a decade), or less; at the top lr QK-norm's is
-#                      >= 10x below the unnormed one. First set as 10x over the whole grid when
-#                      it spanned 100x; when the grid became 300x, F6b read FAIL on a 15x rise
-#                      (2.98x a decade): the per-decade bound replaced it after that run, as F6's
-#                      README says
-#   SENS_GAP = 0.03    "lowers the sensitivity": about one seed std of one arm's sensitivity
-#   TOP_LRS = 2        "at the highest learning rates": the two largest swept values
-#   SPAN = 100         "similar loss across orders of magnitude of lr": the contiguous lrs
-#                      around the best whose loss is within WORSE of it span at least 100x
-LOGIT_GROWTH, SENS_GAP, TOP_LRS, SPAN = 10.0, 0.03, 2, 100.0
+# Margins (LOGIT_GROWTH, SENS_GAP, SPAN, WORSE, CLOSE): each claim's registry entry, their values
+# and reasons in analysis/findings/claims.py.
+TOP_LRS = 2  # "at the highest learning rates": the two largest swept values
 WORTSMAN = "Wortsman et al. 2023"
 QK, Z = "model.qk_norm", "optim.z_loss"
 
@@ -114,9 +103,6 @@ def seed_curves(losses: dict[float, dict[Any, float]]) -> list[dict[float, float
     return [{lr: by_seed[s] for lr, by_seed in losses.items()} for s in sorted(seeds, key=str)]
 
 
-PER_DECADE = LOGIT_GROWTH**0.5  # the logit growth bound per decade of lr
-
-
 def per_decade(growth: stats.Interval, lrs: list[float]) -> stats.Interval:
     """A growth factor over the swept lrs (an interval on logs) as a factor per decade of lr."""
     k = 1 / math.log10(lrs[-1] / lrs[0])
@@ -138,48 +124,54 @@ def logit_growth(report: dict, qk: bool) -> tuple[stats.Interval, list[float], l
 
 
 def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     lrs = values(report, "lr")
     rate, low, top = logit_growth(report, False)
+    bound = m.logit_growth**0.5  # LOGIT_GROWTH over two decades: its root a decade
     v.threshold = (
-        f"max logit growth from lr {lrs[0]:g} to {lrs[-1]:g} >= {PER_DECADE:.2f}x a decade "
+        f"max logit growth from lr {lrs[0]:g} to {lrs[-1]:g} >= {bound:.2f}x a decade "
         "(95% interval)"
     )
     shown = {"lowest_lr": statistics.fmean(low), "top_lr": statistics.fmean(top)}
-    return decide_interval(v, "growth per decade", rate, PER_DECADE, "above", **shown)
+    return decide_interval(v, "growth per decade", rate, bound, "above", **shown)
 
 
 def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     lrs = values(report, "lr")
     rate, low, top = logit_growth(report, True)
     plain = peaks(variant(report, lr=lrs[-1], **arm(report, False)))
+    growth = m.logit_growth
     v.threshold = (
-        f"qk growth < {PER_DECADE:.2f}x a decade of lr, no-qk / qk >= {LOGIT_GROWTH:g} at the "
-        "top lr (95% intervals)"
+        f"qk growth < {growth**0.5:.2f}x a decade of lr, no-qk / qk >= {growth:g} at the top lr "
+        "(95% intervals)"
     )
     measure(v, qk_lowest_lr=statistics.fmean(low), qk_top_lr=statistics.fmean(top),
             no_qk_top_lr=statistics.fmean(plain))  # fmt: skip
     parts = {
-        "qk growth per decade": (rate, PER_DECADE, "below"),
-        f"no-qk / qk at lr {lrs[-1]:g}": (stats.ratio_interval(plain, top), LOGIT_GROWTH, "above"),
+        "qk growth per decade": (rate, growth**0.5, "below"),
+        f"no-qk / qk at lr {lrs[-1]:g}": (stats.ratio_interval(plain, top), growth, "above"),
     }
     return decide_all(v, parts)
 
 
 def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     plain, qk = lr_losses(report, False), lr_losses(report, True)
     top = sorted(plain)[-TOP_LRS:]
     arms = [list(by[lr].values()) for lr in top for by in (plain, qk)]
     weights = [w / len(top) for _ in top for w in (1.0, -1.0)]
     v.threshold = (
-        f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {WORSE} (95% interval)"
+        f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {m.worse} (95% interval)"
     )
     means = lr_curve(plain), lr_curve(qk)
     per_lr = {f"{lr:g}": f"{means[0][lr]:.3f} vs {means[1][lr]:.3f}" for lr in top}
-    return decide_interval(v, "no-qk - qk", stats.contrast_interval(arms, weights), WORSE,
+    return decide_interval(v, "no-qk - qk", stats.contrast_interval(arms, weights), m.worse,
                            "above", no_qk_vs_qk=per_lr)  # fmt: skip
 
 
 def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     measured: dict[str, Any] = {}
     per_seed = {}
     for qk, name in ((False, "no_qk"), (True, "qk")):
@@ -188,9 +180,9 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
         per_seed[name] = [sensitivity(c) for c in seed_curves(losses)]
         measured[name] = sensitivity(curve)
         measured[f"{name}_loss_per_lr"] = {f"{lr:g}": round(x, 3) for lr, x in curve.items()}
-    v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {SENS_GAP} (95% interval, per seed)"
+    v.threshold = f"sensitivity(no qk) - sensitivity(qk) >= {m.sens_gap} (95% interval, per seed)"
     ci = stats.diff_interval(per_seed["no_qk"], per_seed["qk"])
-    return decide_interval(v, "sensitivity no-qk - qk", ci, SENS_GAP, "above", **measured)
+    return decide_interval(v, "sensitivity no-qk - qk", ci, m.sens_gap, "above", **measured)
 
 
 # --- F13: Wortsman et al.'s Figure 1: loss vs lr with qk-layernorm and z-loss ---------------------
@@ -223,6 +215,7 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
     did not fall without it at the top rate (F12's rule), the size cannot test it."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        m = v.margins
         z = z_on(report) if z_arm else 0.0
         base_losses, losses = lr_losses(report, base_qk, 0.0), lr_losses(report, qk, z)
         base, base_shown = curve_of(base_losses)
@@ -231,22 +224,30 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
         sens = {k: [sensitivity(c) for c in cs] for k, cs in seeds.items()}
         best = {k: [min(c.values()) for c in cs] for k, cs in seeds.items()}
         v.threshold = (
-            f"sensitivity(none) - sensitivity(with) >= {SENS_GAP} and best(with) <= "
-            f"best(none) + {CLOSE} (95% intervals, per seed)"
+            f"sensitivity(none) - sensitivity(with) >= {m.sens_gap} and best(with) <= "
+            f"best(none) + {m.close} (95% intervals, per seed)"
         )
         measure(v, **{"none": base_shown, "with": shown})
         parts = {
             "sensitivity none - with": (
                 stats.diff_interval(sens["none"], sens["with"]),
-                SENS_GAP,
+                m.sens_gap,
                 "above",
             ),
-            "best with - none": (stats.diff_interval(best["with"], best["none"]), CLOSE, "below"),
+            "best with - none": (
+                stats.diff_interval(best["with"], best["none"]),
+                m.close,
+                "below",
+            ),
         }
         decide_all(v, parts)
         warmup = int(settings.get("warmup_steps") or 0)
         ok = v.status == "PASS"
-        why = z_arm and not ok and no_divergence(report, max(base), warmup, **arm(report, base_qk))
+        why = (
+            z_arm
+            and not ok
+            and no_divergence(report, max(base), warmup, m.drift, **arm(report, base_qk))
+        )
         if why:
             reason = f"{why} (F12 gives it 1000 steps; the GPU size, --size gpu, 3k at d=512)"
             return untestable(v, reason)  # the intervals stay: what the size did measure
@@ -255,11 +256,11 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
     return check
 
 
-def flat_span(curve: dict[float, float]) -> float:
-    """max/min lr of the contiguous lrs around the best whose loss is within WORSE of it."""
+def flat_span(curve: dict[float, float], within: float) -> float:
+    """max/min lr of the contiguous lrs around the best whose loss is ``within`` of it."""
     lrs = sorted(curve)
     i = j = lrs.index(min(curve, key=curve.get))
-    floor = min(curve.values()) + WORSE
+    floor = min(curve.values()) + within
     while i > 0 and curve[lrs[i - 1]] <= floor:
         i -= 1
     while j < len(lrs) - 1 and curve[lrs[j + 1]] <= floor:
@@ -268,17 +269,18 @@ def flat_span(curve: dict[float, float]) -> float:
 
 
 def f13_combined_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     z = z_on(report)
     losses = {"both": lr_losses(report, True, z), "none": lr_losses(report, False, 0.0)}
     (_, shown), (_, base_shown) = curve_of(losses["both"]), curve_of(losses["none"])
-    spans = {k: [flat_span(c) for c in seed_curves(by_lr)] for k, by_lr in losses.items()}
+    spans = {k: [flat_span(c, m.worse) for c in seed_curves(by_lr)] for k, by_lr in losses.items()}
     v.threshold = (
-        f"qk + z-loss: the lrs within {WORSE} of its best span >= {SPAN:g}x, and more than "
+        f"qk + z-loss: the lrs within {m.worse} of its best span >= {m.span:g}x, and more than "
         "without both (95% intervals over seeds' spans, on logs)"
     )
     measure(v, both=shown, none=base_shown)
     parts = {
-        "span with both": (stats.ratio_interval(spans["both"]), SPAN, "above"),
+        "span with both": (stats.ratio_interval(spans["both"]), m.span, "above"),
         "span both / none": (stats.ratio_interval(spans["both"], spans["none"]), 1.0, "above"),
     }
     return decide_all(v, parts)

@@ -9,7 +9,6 @@ import statistics
 
 from analysis import stats
 from analysis.findings.common import (
-    CLOSE,
     MIN_SEEDS,
     NoData,
     Verdict,
@@ -26,6 +25,7 @@ from analysis.findings.common import (
 
 # --- F5: norms -----------------------------------------------------------------------------------
 def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     placements = values(report, "placement")
     if not placements:
         raise NoData("no placements in the report")
@@ -35,13 +35,13 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
         rms_row = variant(report, placement=p, norm="rmsnorm")
         ln, rms = mean_score(ln_row), mean_score(rms_row)
         measured[f"{p}_layernorm"], measured[f"{p}_rmsnorm"] = ln, rms
-        parts[f"{p} rmsnorm - layernorm"] = (diff(rms_row, ln_row), CLOSE, "within")
+        parts[f"{p} rmsnorm - layernorm"] = (diff(rms_row, ln_row), m.close, "within")
         tput = [
             variant(report, placement=p, norm=n)["throughput"] for n in ("rmsnorm", "layernorm")
         ]
         if all(tput):
             measured[f"{p}_throughput_ratio"] = round(tput[0]["mean"] / tput[1]["mean"], 3)
-    v.threshold = f"rmsnorm - layernorm within ±{CLOSE} for each placement (95% interval)"
+    v.threshold = f"rmsnorm - layernorm within ±{m.close} for each placement (95% interval)"
     measure(v, **measured)
     return decide_all(v, parts)
 
@@ -50,12 +50,7 @@ def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
 # Accuracy in [0, 1]: each run's best val accuracy, one value a seed (a diverged run scores 0),
 # decided on 95% intervals over seeds (Welch; a drop minus a drop is a contrast of four arms).
 # Best, not final: it favours a noisy variant, so a BatchNorm drop is no luck of the last
-# evaluation. Thresholds (digits' val split holds 360 images: 0.02 = 7 images; the seed std
-# of one variant at the CPU size is 0.002-0.014):
-#   ACC_GAP = 0.02   BatchNorm's drop from the largest to the smallest batch exceeds LayerNorm's
-#                    and RMSNorm's by at least this
-#   ACC_FLAT = 0.02  "does not depend on the batch": every two batch sizes within this
-ACC_GAP, ACC_FLAT = 0.02, 0.02
+# evaluation. Margins ACC_GAP and ACC_FLAT: the claims' registry entries (claims.py).
 BATCH = "data.batch_size"
 
 
@@ -80,6 +75,7 @@ def acc_by_batch(report: dict, norm: str) -> dict[int, list[float]]:
 
 
 def f7_batchnorm_degrades(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     acc = {n: acc_by_batch(report, n) for n in ("batchnorm", "layernorm", "rmsnorm")}
     small, large = min(acc["batchnorm"]), max(acc["batchnorm"])
     for norm, by in acc.items():
@@ -91,24 +87,29 @@ def f7_batchnorm_degrades(report: dict, settings: dict, v: Verdict) -> Verdict:
             stats.contrast_interval(
                 (bn[large], bn[small], acc[other][large], acc[other][small]), (1, -1, -1, 1)
             ),
-            ACC_GAP,
+            m.acc_gap,
             "above",
         )
         for other in ("layernorm", "rmsnorm")
     }
     v.threshold = (
-        f"batchnorm's drop from b{large} to b{small} - each other norm's drop >= {ACC_GAP} "
+        f"batchnorm's drop from b{large} to b{small} - each other norm's drop >= {m.acc_gap} "
         "(95% intervals)"
     )
     return decide_all(v, parts)
 
 
 def f7_token_norms_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     parts = {}
     for norm in ("layernorm", "rmsnorm"):
         acc = acc_by_batch(report, norm)
         measure(v, **{norm: {f"b{b}": round(statistics.fmean(xs), 4) for b, xs in acc.items()}})
         for a, b in itertools.combinations(sorted(acc), 2):
-            parts[f"{norm} b{a} - b{b}"] = (stats.diff_interval(acc[a], acc[b]), ACC_FLAT, "within")
-    v.threshold = f"every pair of batch sizes within ±{ACC_FLAT}, for each (95% intervals)"
+            parts[f"{norm} b{a} - b{b}"] = (
+                stats.diff_interval(acc[a], acc[b]),
+                m.acc_flat,
+                "within",
+            )
+    v.threshold = f"every pair of batch sizes within ±{m.acc_flat}, for each (95% intervals)"
     return decide_all(v, parts)

@@ -4,12 +4,8 @@ F9 reads each run's block profile at its last probe (analysis/block_profile.py: 
 block, the mean cosine between its input and output and the RMS of its output, as the
 block_cos and act_norm probes logged them); F11 and the placement study read best val losses.
 
-Thresholds (losses in nats; FAILS and DEEP_OK as in depth.py, CLOSE as in common.py):
-    RMS_GROWTH = 1.2   "the output variance grows with depth": the stream's RMS after the last
-                       block at least 1.2x its RMS after block L/2 (a variance growing linearly
-                       in l gives sqrt(2) = 1.41; the paper reports faster growth)
-    NEAR_ONE = 0.9     "cosine near 1": the later half's mean cosine at least this
-    COS_DROP = 0.01    "lowers the cosine": Pre-LN's later-half mean minus LNS's, at least this
+Margins (RMS_GROWTH, NEAR_ONE, COS_DROP, FAILS, CLOSE): each claim's registry entry, their values
+and reasons in analysis/findings/claims.py.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import statistics
 from analysis import stats
 from analysis.block_profile import last_profile
 from analysis.findings.common import (
-    CLOSE,
     MIN_SEEDS,
     Check,
     NoData,
@@ -35,9 +30,6 @@ from analysis.findings.common import (
     values,
     variant,
 )
-from analysis.findings.depth import FAILS
-
-RMS_GROWTH, NEAR_ONE, COS_DROP = 1.2, 0.9, 0.01
 
 
 # --- F9: the curse of depth ----------------------------------------------------------------------
@@ -72,20 +64,26 @@ def seeds_of(runs: list[dict[str, float]], key: str) -> list[float]:
 
 
 def f9_rms_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     runs, depth = profiled(report, "pre")
     growth = seeds_of(runs, "rms_growth")
-    v.threshold = f"Pre-LN: RMS after block L / RMS after block L/2 >= {RMS_GROWTH} (95% interval)"
-    return decide_interval(v, "RMS after L / after L/2", stats.ratio_interval(growth), RMS_GROWTH,
+    v.threshold = (
+        f"Pre-LN: RMS after block L / RMS after block L/2 >= {m.rms_growth} (95% interval)"
+    )
+    return decide_interval(v, "RMS after L / after L/2", stats.ratio_interval(growth), m.rms_growth,
                            "above", depth=depth, growth=statistics.fmean(growth))  # fmt: skip
 
 
 def f9_late_blocks_idle(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     runs, depth = profiled(report, "pre")
     early, late = seeds_of(runs, "cos_early"), seeds_of(runs, "cos_late")
-    v.threshold = f"Pre-LN: later-half mean cos >= {NEAR_ONE} and > earlier half's (95% intervals)"
+    v.threshold = (
+        f"Pre-LN: later-half mean cos >= {m.near_one} and > earlier half's (95% intervals)"
+    )
     measure(v, depth=depth, cos_early=statistics.fmean(early), cos_late=statistics.fmean(late))
     parts = {
-        "later-half cos": (stats.mean_interval(late), NEAR_ONE, "above"),
+        "later-half cos": (stats.mean_interval(late), m.near_one, "above"),
         "later - earlier cos": (stats.diff_interval(late, early), 0.0, "above"),
     }
     return decide_all(v, parts)
@@ -96,19 +94,20 @@ def f9_lns_lowers_cos(report: dict, settings: dict, v: Verdict) -> Verdict:
     depth, so where Pre-LN's RMS growth over the later half is measured below RMS_GROWTH (its
     interval wholly under it: F9a FAIL) the claim is NOT TESTABLE. Rule set with the interval
     verdicts, before the sweep they decided ran."""
+    m = v.margins
     (pre, depth), (lns, _) = profiled(report, "pre"), profiled(report, "lns")
     pre_late, lns_late = seeds_of(pre, "cos_late"), seeds_of(lns, "cos_late")
-    v.threshold = f"later-half mean cos: pre - lns >= {COS_DROP} (95% interval)"
+    v.threshold = f"later-half mean cos: pre - lns >= {m.cos_drop} (95% interval)"
     shown = {"depth": depth, "pre": statistics.fmean(pre_late), "lns": statistics.fmean(lns_late)}
     growth = stats.ratio_interval(seeds_of(pre, "rms_growth"))
-    if growth.hi < RMS_GROWTH:
+    if growth.hi < m.rms_growth:
         reason = (
             f"Pre-LN's RMS grew only x{growth.effect:.2f} [{growth.lo:.2f}, {growth.hi:.2f}] over "
             f"the later half at depth {depth}: no depth-wise variance growth for LNS to damp"
         )
         return untestable(v, reason, **shown)
     return decide_interval(v, "pre - lns later-half cos", stats.diff_interval(pre_late, lns_late),
-                           COS_DROP, "above", **shown)  # fmt: skip
+                           m.cos_drop, "above", **shown)  # fmt: skip
 
 
 # --- F11: Admin ----------------------------------------------------------------------------------
@@ -124,11 +123,12 @@ def stalls_above(worse: str, better: str) -> Check:
     diverged (F11: Post-LN above Pre-LN, and above Admin)."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        m = v.margins
         depth = deepest(report)
         rows = [variant(report, placement=p, n_layer=depth) for p in (worse, better)]
         a, b = map(mean_score, rows)
-        v.threshold = f"{worse} diverged, or {worse} - {better} >= {FAILS} (95% interval)"
-        return decide_interval(v, f"{worse} - {better}", diff(*rows), FAILS, "above",
+        v.threshold = f"{worse} diverged, or {worse} - {better} >= {m.fails} (95% interval)"
+        return decide_interval(v, f"{worse} - {better}", diff(*rows), m.fails, "above",
                                depth=depth, **{worse: a, better: b})  # fmt: skip
 
     return check
@@ -139,6 +139,7 @@ def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
     at every depth (F9: LNS vs Pre-LN; F11: Admin vs Pre-LN)."""
 
     def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+        m = v.margins
         depths = values(report, "n_layer") if every_depth else [deepest(report)]
         if not depths:
             raise NoData("no depths in the report")
@@ -147,9 +148,9 @@ def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
             rows = [variant(report, placement=p, n_layer=depth) for p in (candidate, reference)]
             a, b = map(mean_score, rows)
             measured[f"L{depth}_{candidate}"], measured[f"L{depth}_{reference}"] = a, b
-            parts[f"L{depth} {candidate} - {reference}"] = (diff(*rows), CLOSE, "below")
+            parts[f"L{depth} {candidate} - {reference}"] = (diff(*rows), m.close, "below")
         where = "at every depth" if every_depth else "at the deepest depth"
-        v.threshold = f"{candidate} - {reference} <= {CLOSE}, {where} (95% interval)"
+        v.threshold = f"{candidate} - {reference} <= {m.close}, {where} (95% interval)"
         measure(v, **measured)
         return decide_all(v, parts)
 

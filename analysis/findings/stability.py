@@ -11,23 +11,10 @@ logged step to the last and |log Z| at the last, with and without z-loss.
 Every measure is taken per run, one value a seed (a diverged run counts with what it logged
 before it stopped), and each claim decides on the 95% interval over seeds (analysis/stats.py):
 a factor ("grows 2x") on the ratio of geometric means, a level ("below 0.1 nats") on the t
-interval of the mean, a comparison on Welch's interval. Thresholds (GROWS, FLOOR and SMALL were
-fixed before the sweeps ran; DRIFT's rule was changed after F12's first run gave FAIL, as
-docs/findings/f12/README.md says with the verdict it gave before):
-    GROWS = 2.0     "grows" / "far above": a factor of 2 (the residual stream of a 12-layer Pre-LN
-                    model at init already spans ~4x from the first to the last layer)
-    FLOOR = 0.1     "collapses": the minimum entropy falls below 0.1 nats, near 0 as Zhai et al.
-                    describe it (uniform attention over 64 positions has 4.16 nats; one key
-                    taking 99% of a row's weight leaves ~0.08); "prevents": stays above it
-    SMALL = 0.5     "keeps |log Z| small": half of the value without z-loss or less
-    DRIFT = 1.0     "log Z diverges": its lowest value after warmup lies at least 1 nat below its
-                    value at the end of warmup, and below 0 (and the fall is GROWS x as large at
-                    the top lr as at the lowest). The paper's output logit divergence is log Z
-                    becoming very negative late in training: a late minimum counts even after an
-                    early rise; log Z rising as the softmax sharpens is ordinary training
-                    (recorded as rise_top_lr, not that instability). Changed twice after seeing
-                    data: first-to-last any move (FAIL), then first-to-last fall (NOT TESTABLE
-                    at the CPU size), now the late minimum after warmup, below 0
+interval of the mean, a comparison on Welch's interval. Margins (GROWS, FLOOR, SMALL, DRIFT,
+WORSE, CLOSE): each claim's registry entry, their values and reasons in
+analysis/findings/claims.py (DRIFT's rule was changed after F12's first run gave FAIL, as
+docs/findings/f12/README.md says with the verdict it gave before).
 """
 
 from __future__ import annotations
@@ -39,8 +26,6 @@ from typing import Any
 
 from analysis import stats
 from analysis.findings.common import (
-    CLOSE,
-    WORSE,
     NoData,
     RunMeasure,
     Verdict,
@@ -57,7 +42,6 @@ from analysis.findings.common import (
 from analysis.runs import Series, run_series
 from training import metric_names as names
 
-GROWS, FLOOR, SMALL, DRIFT = 2.0, 0.1, 0.5, 1.0
 MIN_LRS = 4  # F12 reads log Z against the lr: at least four rates
 KIM, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Zhai et al. 2023"
 QK, Z = "model.qk_norm", "optim.z_loss"
@@ -111,18 +95,22 @@ def growth(start: RunMeasure, end: RunMeasure) -> RunMeasure:
 
 
 def f8_pre_grows_with_depth(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     ratios = per_seed(variant(report, placement="pre"), depth_ratio, "act_norm per layer")
-    v.threshold = f"Pre-LN act_norm last layer / first layer at the end >= {GROWS:g} (95% interval)"
-    return decide_interval(v, "last / first layer", stats.ratio_interval(ratios), GROWS, "above",
+    v.threshold = (
+        f"Pre-LN act_norm last layer / first layer at the end >= {m.grows:g} (95% interval)"
+    )
+    return decide_interval(v, "last / first layer", stats.ratio_interval(ratios), m.grows, "above",
                            pre_last_over_first=statistics.fmean(ratios))  # fmt: skip
 
 
 def f8_pre_grows_in_training(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     row = variant(report, placement="pre")
     rms = per_seed(row, growth(last_rms(0), last_rms(-1)), "act_norm")
     top = per_seed(row, growth(top_max(0), top_max(-1)), "act_max")
     v.threshold = (
-        f"Pre-LN end / step 0 >= {GROWS:g} for last-layer act_norm and for max act_max "
+        f"Pre-LN end / step 0 >= {m.grows:g} for last-layer act_norm and for max act_max "
         "(95% intervals)"
     )
     measure(v, rms_start=per_run(row, last_rms(0), "act_norm"),
@@ -130,8 +118,8 @@ def f8_pre_grows_in_training(report: dict, settings: dict, v: Verdict) -> Verdic
             max_start=per_run(row, top_max(0), "act_max"),
             max_end=per_run(row, top_max(-1), "act_max"))  # fmt: skip
     parts = {
-        "rms growth": (stats.ratio_interval(rms), GROWS, "above"),
-        "max growth": (stats.ratio_interval(top), GROWS, "above"),
+        "rms growth": (stats.ratio_interval(rms), m.grows, "above"),
+        "max growth": (stats.ratio_interval(top), m.grows, "above"),
     }
     return decide_all(v, parts)
 
@@ -141,14 +129,15 @@ def f8_peri_grows_slower(report: dict, settings: dict, v: Verdict) -> Verdict:
     (end / step 0) at least GROWS x more in Pre-LN than in Peri-LN (sandwich). The earlier
     rule asked for end values GROWS x apart ("bounded") and gave FAIL (ratio 1.83); this one
     was set after that run, as F8's README says."""
+    m = v.margins
     rows = {"pre": variant(report, placement="pre"), "peri": variant(report, placement="sandwich")}
     rms = {k: per_seed(r, growth(last_rms(0), last_rms(-1)), "act_norm") for k, r in rows.items()}
     top = {k: per_run(r, top_max(-1), "act_max") for k, r in rows.items()}
     v.threshold = (
-        f"Pre-LN's last-layer RMS growth in training / sandwich's >= {GROWS:g} (95% interval)"
+        f"Pre-LN's last-layer RMS growth in training / sandwich's >= {m.grows:g} (95% interval)"
     )
     ci = stats.ratio_interval(rms["pre"], rms["peri"])
-    return decide_interval(v, "pre growth / peri growth", ci, GROWS, "above",
+    return decide_interval(v, "pre growth / peri growth", ci, m.grows, "above",
                            rms_growth_pre=statistics.fmean(rms["pre"]),
                            rms_growth_peri=statistics.fmean(rms["peri"]),
                            max_end_pre=top["pre"], max_end_peri=top["peri"])  # fmt: skip
@@ -176,36 +165,39 @@ def means(by_lr: dict[float, list[float]]) -> dict[str, float]:
 
 
 def f10_entropy_collapses(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     plain = entropy_by_lr(report, False)
     low, top = min(plain), max(plain)
     v.threshold = (
-        f"no-qk min entropy <= {FLOOR:g} nats at lr {top:g}, > {FLOOR:g} at lr {low:g} "
+        f"no-qk min entropy <= {m.floor:g} nats at lr {top:g}, > {m.floor:g} at lr {low:g} "
         "(95% intervals)"
     )
     measure(v, no_qk_per_lr=means(plain))
     parts = {
-        f"min entropy at lr {top:g}": (stats.mean_interval(plain[top]), FLOOR, "below"),
-        f"min entropy at lr {low:g}": (stats.mean_interval(plain[low]), FLOOR, "above"),
+        f"min entropy at lr {top:g}": (stats.mean_interval(plain[top]), m.floor, "below"),
+        f"min entropy at lr {low:g}": (stats.mean_interval(plain[low]), m.floor, "above"),
     }
     return decide_all(v, parts)
 
 
 def f10_qk_prevents(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     qk = entropy_by_lr(report, True)
-    v.threshold = f"QK-norm's min entropy > {FLOOR:g} nats at every lr (95% intervals)"
+    v.threshold = f"QK-norm's min entropy > {m.floor:g} nats at every lr (95% intervals)"
     measure(v, qk_per_lr=means(qk))
     parts = {
-        f"min entropy at lr {lr:g}": (stats.mean_interval(xs), FLOOR, "above")
+        f"min entropy at lr {lr:g}": (stats.mean_interval(xs), m.floor, "above")
         for lr, xs in qk.items()
     }
     return decide_all(v, parts)
 
 
 def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     plain = entropy_by_lr(report, False)
-    collapsed = [lr for lr, xs in plain.items() if statistics.fmean(xs) <= FLOOR]
+    collapsed = [lr for lr, xs in plain.items() if statistics.fmean(xs) <= m.floor]
     if not collapsed:
-        raise NoData(f"no learning rate took the no-qk entropy below {FLOOR:g} nats (see F10a)")
+        raise NoData(f"no learning rate took the no-qk entropy below {m.floor:g} nats (see F10a)")
     parts, diverged = {}, 0
     for lr in collapsed:
         row, qk_row = variant(report, lr=lr, **{QK: False}), variant(report, lr=lr, **{QK: True})
@@ -215,10 +207,10 @@ def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Ver
             ci = dataclasses.replace(ci, effect=math.inf, lo=math.inf, hi=math.inf,
                                      method="a diverged no-qk seed decides")  # fmt: skip
         diverged += n
-        parts[f"no-qk - qk at lr {lr:g}"] = (ci, WORSE, "above")
+        parts[f"no-qk - qk at lr {lr:g}"] = (ci, m.worse, "above")
     v.threshold = (
         f"at every lr whose mean no-qk entropy collapsed, the no-qk runs diverged or end >= "
-        f"{WORSE} above QK-norm's (95% intervals)"
+        f"{m.worse} above QK-norm's (95% intervals)"
     )
     measure(v, collapsed_lrs=[f"{x:g}" for x in collapsed], diverged_runs=diverged)
     return decide_all(v, parts)
@@ -264,13 +256,13 @@ def late_min(warmup: int) -> RunMeasure:
     return measure
 
 
-def no_divergence(report: dict, lr: float, warmup: int = 0, **arm: Any) -> str | None:
+def no_divergence(report: dict, lr: float, warmup: int, drift: float, **arm: Any) -> str | None:
     """Why the size cannot test a z-loss claim: log Z without z-loss (``arm``: the variant's
-    other params, z-loss 0 by default) did not fall DRIFT below its end-of-warmup value at
-    ``lr``, at any point after it; None when it did."""
+    other params, z-loss 0 by default) did not fall ``drift`` (DRIFT) below its end-of-warmup
+    value at ``lr``, at any point after it; None when it did."""
     row = variant(report, lr=lr, **({Z: 0.0} | arm))
     fall = per_run(row, late_fall(warmup), names.LOG_Z)
-    if fall >= DRIFT:
+    if fall >= drift:
         return None
     rise = per_run(row, late_rise(warmup), names.LOG_Z)
     return (
@@ -292,6 +284,7 @@ def z_arms(report: dict) -> tuple[list[float], float, float]:
 
 
 def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     lrs, off, _ = z_arms(report)
     if len(lrs) < MIN_LRS:
         raise NoData(f"learning rates {lrs}: F12 needs >= {MIN_LRS}")
@@ -301,8 +294,8 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
     lowest = per_seed(rows[lrs[-1]], late_min(warmup), names.LOG_Z)
     rise = per_run(rows[lrs[-1]], late_rise(warmup), names.LOG_Z)
     v.threshold = (
-        f"no z-loss, after warmup: at lr {lrs[-1]:g} log Z's lowest value is >= {DRIFT:g} nat "
-        f"below its end-of-warmup value and below 0, and that fall >= {GROWS:g} x the fall at "
+        f"no z-loss, after warmup: at lr {lrs[-1]:g} log Z's lowest value is >= {m.drift:g} nat "
+        f"below its end-of-warmup value and below 0, and that fall >= {m.grows:g} x the fall at "
         f"lr {lrs[0]:g} (95% intervals)"
     )
     shown = {
@@ -311,7 +304,7 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
         "min_top_lr": statistics.fmean(lowest),
         "rise_top_lr": rise,
     }
-    why = no_divergence(report, lrs[-1], warmup)
+    why = no_divergence(report, lrs[-1], warmup, m.drift)
     if why:
         steps = settings.get("max_steps") or "its"
         reason = (
@@ -321,10 +314,10 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
         return untestable(v, reason, **shown)
     measure(v, **shown)
     parts = {
-        f"fall at lr {lrs[-1]:g}": (stats.mean_interval(top), DRIFT, "above"),
+        f"fall at lr {lrs[-1]:g}": (stats.mean_interval(top), m.drift, "above"),
         f"lowest log Z at lr {lrs[-1]:g}": (stats.mean_interval(lowest), 0.0, "below"),
-        f"fall at lr {lrs[-1]:g} - {GROWS:g} x at lr {lrs[0]:g}": (
-            stats.contrast_interval((top, low), (1.0, -GROWS)),
+        f"fall at lr {lrs[-1]:g} - {m.grows:g} x at lr {lrs[0]:g}": (
+            stats.contrast_interval((top, low), (1.0, -m.grows)),
             0.0,
             "above",
         ),
@@ -334,26 +327,28 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
 
 def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
     """z-loss pulls log Z toward 0 whether or not it diverges: decided at every size."""
+    m = v.margins
     lrs, off, on = z_arms(report)
     plain, z = (
         per_seed(variant(report, lr=lrs[-1], **{Z: arm}), final_abs_log_z, names.LOG_Z)
         for arm in (off, on)
     )
     v.threshold = (
-        f"at lr {lrs[-1]:g}: final |log Z| with z-loss {on:g} - {SMALL:g} x without <= 0 "
+        f"at lr {lrs[-1]:g}: final |log Z| with z-loss {on:g} - {m.small:g} x without <= 0 "
         "(95% interval)"
     )
-    ci = stats.contrast_interval((z, plain), (1.0, -SMALL))
+    ci = stats.contrast_interval((z, plain), (1.0, -m.small))
     shown = {"with_z": statistics.fmean(z), "without_z": statistics.fmean(plain)}
-    return decide_interval(v, f"with z - {SMALL:g} x without", ci, 0.0, "below", **shown)
+    return decide_interval(v, f"with z - {m.small:g} x without", ci, 0.0, "below", **shown)
 
 
 def f12_z_loss_costs_nothing(report: dict, settings: dict, v: Verdict) -> Verdict:
+    m = v.margins
     _, off, on = z_arms(report)
     plain_row, z_row = variant(report, **{Z: off}), variant(report, **{Z: on})
     plain, z = mean_score(plain_row), mean_score(z_row)
     v.threshold = (
-        f"each at its best lr: best val loss with z-loss - without <= {CLOSE} (95% interval)"
+        f"each at its best lr: best val loss with z-loss - without <= {m.close} (95% interval)"
     )
-    return decide_interval(v, "with z - without", diff(z_row, plain_row), CLOSE, "below",
+    return decide_interval(v, "with z - without", diff(z_row, plain_row), m.close, "below",
                            with_z=z, without_z=plain)  # fmt: skip
