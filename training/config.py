@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from training.errors import ConfigError, closest
 from training.optim import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
+from training.schema import ROOT, keys_of
 
 
 def type_ok(value: Any, hint: Any) -> bool:
@@ -143,20 +144,8 @@ RAN_BEFORE_KEY = {"placement.gates": "sublayer"}
 
 
 # --- the root of the config ------------------------------------------------------------------
-GROUPS = ("data", "model", "placement", "norm", "optim", "trainer", "logger")
-SECTIONS = ("checkpoint", "probes", "divergence", "init_probe", "reproduce", "callbacks")
-SCALARS: dict[str, Any] = {
-    "seed": int,
-    "name": str,
-    "group": str | None,
-    "study": str,
-    "run_dir": str,
-    "num_threads": int | None,
-    "compile": bool | str | None,
-    "resume": bool,
-    "ckpt_path": str | None,
-    "debug": bool,
-}
+GROUPS, SECTIONS = keys_of("group"), keys_of("section")  # training/schema.py: ROOT
+SCALARS: dict[str, Any] = {k: ROOT[k].type for k in keys_of("scalar")}
 TRAINER_INTS = ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_sanity_val_steps")
 SEED_MAX = 2**32 - 1
 # Lightning precisions normlab runs (its probes and kernels are fp32 / bf16 / fp16 code).
@@ -165,7 +154,7 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
 def check_top_level(cfg: DictConfig) -> None:
     """Unknown root keys, and root scalars of the wrong type or range, in one line each."""
-    valid = (*GROUPS, *SECTIONS, *SCALARS, "experiment", "hydra")
+    valid = tuple(ROOT)
     for key in cfg:
         if key not in valid:
             raise ConfigError(

@@ -33,6 +33,7 @@ from typing import Any
 from omegaconf import OmegaConf, read_write
 
 from training.errors import SWEEP_GONE, in_multirun
+from training.schema import ROOT
 from training.settings import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -164,14 +165,9 @@ for _name, _resolver in (
         OmegaConf.register_new_resolver(_name, _resolver)
 
 
-def root_keys(conf: Path = CONF) -> set[str]:
-    """The keys the root config and its groups define (what a plain ``key=value`` may set)."""
-    keys = {p.name for p in conf.iterdir() if p.is_dir()}
-    for line in (conf / "config.yaml").read_text().splitlines():
-        match = re.match(r"^([A-Za-z_][\w]*):", line)
-        if match and match.group(1) != "defaults":
-            keys.add(match.group(1))
-    return keys
+def root_keys() -> set[str]:
+    """The keys a plain ``key=value`` may set at the root (training/schema.py: ROOT)."""
+    return set(ROOT)
 
 
 # Groups whose options are flat settings (logger composes its options from others).
@@ -274,7 +270,7 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
         check_choices(args, conf)
     except ChoiceError as err:
         raise SystemExit(f"error: {err}") from None
-    valid = root_keys(conf)
+    valid = root_keys()
     for arg in overrides_of(args):
         if "=" not in arg or arg.startswith(("+", "~")):
             continue  # flags, and keys the user adds or deletes on purpose

@@ -56,6 +56,35 @@ class InitProbeConfig:
 
 
 @dataclass(frozen=True)
+class ConfirmConfig:
+    """``reproduce.confirm``: fresh seeds at each variant's best lr (select, then confirm)."""
+
+    seeds: list[int]
+    by: dict[str, str]  # report param -> the override that fixes it
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """``reproduce.*``: an experiment's settings for scripts/reproduce.py and its claims, read
+    after the runs (analysis/findings)."""
+
+    confirm: ConfirmConfig | None = None
+    widen: list[list[str]] = field(default_factory=list)  # launches: more rates at an edge
+    arms: list[list[str]] = field(default_factory=list)  # launches: variants off the grid
+    baseline: dict[str, Any] = field(default_factory=dict)  # a key an arm varies, elsewhere
+    update_arm: dict[str, Any] = field(default_factory=dict)  # where F3c/V3 read the update
+    ref_lr: float | None = None  # F2's rate
+    at_batch: dict[str, dict[str, int]] = field(default_factory=dict)  # F7: steps per batch
+    batch: str | None = None  # F7: the batch size as at_batch's key
+
+    def __post_init__(self) -> None:
+        if isinstance(self.confirm, dict):
+            object.__setattr__(
+                self, "confirm", node_to(ConfirmConfig, self.confirm, "reproduce.confirm")
+            )
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything the build reads, typed and checked."""
 
@@ -95,7 +124,9 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         fields_of=spec.config,
         owned={**OWNED, **MISPLACED},
     )
-    node_to(InitProbeConfig, cfg.get("init_probe") or {}, "init_probe")  # checked, unused here
+    # checked here, read by scripts/init_probe.py and scripts/reproduce.py
+    node_to(InitProbeConfig, cfg.get("init_probe") or {}, "init_probe")
+    node_to(ReproduceConfig, cfg.get("reproduce") or {}, "reproduce")
     return RunConfig(
         name=str(cfg.name),
         seed=cfg.seed,

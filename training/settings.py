@@ -1,4 +1,4 @@
-"""Which config keys decide a run's result: everything but the operational keys listed here.
+"""Which config keys decide a run's result: all but the operational ones (training/schema.py).
 
 Kept apart from training/rundir.py (which needs torch and Lightning for checkpoints) so that the
 command line's checks and sweep dir names can use it before anything heavy is imported.
@@ -6,35 +6,11 @@ command line's checks and sweep dir names can use it before anything heavy is im
 
 from __future__ import annotations
 
-# Config keys that do not change a run's result: they may differ between attempts.
-OPERATIONAL = (
-    "run_dir",
-    "name",
-    "group",
-    "study",
-    "resume",
-    "ckpt_path",
-    "debug",
-    "num_threads",
-    "compile",
-    "logger",
-    "callbacks",
-    "checkpoint",
-    "probes",
-    "reproduce",  # experiments' verdict settings: judged after the runs, not part of them
-    "init_probe",
-    "trainer.accelerator",
-    "trainer.strategy",
-    "trainer.deterministic",
-    "trainer.benchmark",
-    "trainer.detect_anomaly",
-    "trainer.enable_progress_bar",
-    "trainer.enable_model_summary",
-    "trainer.enable_checkpointing",
-    "trainer.log_every_n_steps",
-    "data.num_proc",  # tokenizing processes: the same token files
-    "data.cache_dir",  # where the cache lives; its content is recorded as data.identity
-)
+from training.schema import operational_keys
+
+# Config keys that do not change a run's result: they may differ between attempts (marked on
+# the root keys in training/schema.py).
+OPERATIONAL = operational_keys()
 
 
 def is_operational(key: str) -> bool:

@@ -1,0 +1,67 @@
+"""The config's root declared once (training/schema.py): conf/ holds exactly its keys, each of
+its kind; the operational settings, the root check and the command line's preflight derive from
+it; every section is checked key by key, reproduce included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.config import check_top_level
+from training.errors import ConfigError
+from training.launch import NOT_OPTIONS, preflight
+from training.run_config import typed_config
+from training.schema import ROOT, keys_of
+from training.settings import OPERATIONAL, is_operational
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def test_conf_holds_exactly_the_schemas_root_keys() -> None:
+    root = yaml.safe_load((CONF / "config.yaml").read_text())
+    for key, value in root.items():
+        if key == "defaults":
+            continue
+        kind = ROOT[key].kind  # a KeyError names a key the schema lacks
+        assert kind == ("package" if key == "hydra" else "section" if isinstance(value, dict)
+                        else "scalar"), key  # fmt: skip
+    dirs = {p.name for p in CONF.iterdir() if p.is_dir()} - set(NOT_OPTIONS)
+    for name in dirs:
+        global_ = all(
+            f.read_text().startswith("# @package _global_") for f in (CONF / name).glob("*.yaml")
+        )
+        assert ROOT[name].kind == ("package" if global_ or name == "hydra" else "group"), name
+    # every root key comes from conf/config.yaml, a group folder, or an experiment (reproduce)
+    experiments = [yaml.safe_load(f.read_text()) for f in (CONF / "experiment").glob("*.yaml")]
+    from_experiments = {k for e in experiments for k in e if k != "defaults"}
+    assert set(ROOT) == (set(root) - {"defaults"}) | dirs | (from_experiments & {"reproduce"})
+    assert from_experiments <= set(ROOT)
+
+
+def test_the_operational_settings_derive_from_the_schema() -> None:
+    assert set(OPERATIONAL) >= {"logger", "probes", "trainer.accelerator", "data.cache_dir"}
+    assert is_operational("logger.wandb.mode") and is_operational("num_threads")
+    assert not any(map(is_operational, ("seed", "optim.lr", "trainer.max_steps", "data.source")))
+    assert not is_operational("divergence.loss_factor")  # when a run stops is part of its result
+    assert set(keys_of("scalar")) == {k for k, key in ROOT.items() if key.type is not None}
+
+
+def test_the_root_check_and_the_preflight_read_the_same_keys(compose_cfg, tmp_path) -> None:
+    cfg = compose_cfg(["experiment=f3_depth", f"run_dir={tmp_path}"])
+    check_top_level(cfg)  # reproduce, an experiment's section, is a root key like the others
+    with pytest.raises(SystemExit, match=r"unknown setting 'reproduc'.*did you mean reproduce"):
+        preflight(["reproduc.widen=[]"])
+    preflight(["reproduce.ref_lr=1e-3"])  # the preflight knows it too
+
+
+def test_reproduce_is_checked_key_by_key(compose_cfg, tmp_path) -> None:
+    base = ["experiment=f3_depth", f"run_dir={tmp_path}"]
+    typed_config(compose_cfg(base))
+    with pytest.raises(ConfigError, match=r"reproduce\.wident is not a setting .*widen"):
+        typed_config(compose_cfg([*base, "+reproduce.wident=[]"]))
+    with pytest.raises(ConfigError, match=r"reproduce\.confirm\.sed is not a setting .*seeds"):
+        typed_config(compose_cfg([*base, "+reproduce.confirm.sed=[1]"]))
+    with pytest.raises(ConfigError, match=r"reproduce\.ref_lr='x' must be of type"):
+        typed_config(compose_cfg([*base, "+reproduce.ref_lr=x"]))

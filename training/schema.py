@@ -1,0 +1,81 @@
+"""The root of the config, declared once: every key train.py's config may hold at its root, what
+kind of key it is, a scalar's type, and which settings leave a run's result alone.
+
+Kinds: a ``group`` is chosen by option (``placement=post``, conf/<group>/) and holds settings; a
+``section`` holds settings set in conf/config.yaml or by an experiment (``probes.every``); a
+``scalar`` is one value (``seed=1``); ``package`` keys name options whose content lands at the
+root (``experiment=f3_depth``) or is Hydra's own. The command line's preflight
+(training/launch.py), the composed config's root check (training/config.py: check_top_level) and
+the result-deciding settings (training/settings.py: OPERATIONAL) all derive from ROOT;
+tests/training/test_schema.py holds conf/config.yaml and conf/'s groups to it. Torch-free, so
+the command line is checked before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("group", "section", "scalar", "package")
+
+
+@dataclass(frozen=True)
+class Key:
+    kind: str  # KINDS
+    type: Any = None  # a scalar's type (a typing hint)
+    # Whether the key leaves a run's result alone (threads, loggers, probes): True for the whole
+    # key, or the sub-keys that do (trainer.accelerator); such keys may differ between a run's
+    # attempts and never name a sweep's job dir.
+    operational: bool | tuple[str, ...] = False
+
+
+# Lightning Trainer arguments that change how a run is carried out, not what it computes.
+TRAINER_OPERATIONAL = (
+    "accelerator", "strategy", "deterministic", "benchmark", "detect_anomaly",
+    "enable_progress_bar", "enable_model_summary", "enable_checkpointing", "log_every_n_steps",
+)  # fmt: skip
+
+ROOT: dict[str, Key] = {
+    "data": Key("group", operational=("num_proc", "cache_dir")),  # the cache's content is recorded
+    "model": Key("group"),
+    "placement": Key("group"),
+    "norm": Key("group"),
+    "optim": Key("group"),
+    "trainer": Key("group", operational=TRAINER_OPERATIONAL),
+    "logger": Key("group", operational=True),
+    "checkpoint": Key("section", operational=True),
+    "probes": Key("section", operational=True),
+    "divergence": Key("section"),
+    "init_probe": Key("section", operational=True),  # scripts/init_probe.py's grid
+    "reproduce": Key("section", operational=True),  # judged after the runs, not part of them
+    "callbacks": Key("section", operational=True),
+    "seed": Key("scalar", int),
+    "name": Key("scalar", str, operational=True),
+    "group": Key("scalar", str | None, operational=True),
+    "study": Key("scalar", str, operational=True),
+    "run_dir": Key("scalar", str, operational=True),
+    "num_threads": Key("scalar", int | None, operational=True),
+    "compile": Key("scalar", bool | str | None, operational=True),
+    "resume": Key("scalar", bool, operational=True),
+    "ckpt_path": Key("scalar", str | None, operational=True),
+    "debug": Key("scalar", bool, operational=True),
+    "experiment": Key("package"),
+    "hparams_search": Key("package"),
+    "hydra": Key("package"),
+}
+
+
+def keys_of(kind: str) -> tuple[str, ...]:
+    """The root keys of one kind, in ROOT's order."""
+    return tuple(k for k, key in ROOT.items() if key.kind == kind)
+
+
+def operational_keys() -> tuple[str, ...]:
+    """The dotted keys that leave a run's result alone: whole root keys, or their sub-keys."""
+    out: list[str] = []
+    for name, key in ROOT.items():
+        if key.operational is True:
+            out.append(name)
+        elif key.operational:
+            out += [f"{name}.{sub}" for sub in key.operational]
+    return tuple(out)
