@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, preflight
 from training.record import Status, result_line
+from training.run_config import check_config
 from training.sweep import for_the_sweeper, job_outcome
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ def run(cfg: DictConfig) -> dict:
 @for_the_sweeper
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
+    check_config(cfg)  # torch-free: a bad key or value is refused before torch loads
     this = attempt(cfg)
     return job_outcome(this.summary, skipped=this.finished is not None)
 

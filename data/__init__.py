@@ -1,17 +1,28 @@
-"""Data: step-indexed batches (steps), hub access (hub), text corpora (text), images (vision)."""
+"""Data: step-indexed batches (steps), hub access (hub), text corpora (text), images (vision);
+the groups' configs (config, torch-free). The names below load their module on first use, so
+importing data.config (the config check) stays free of torch."""
 
-from data.steps import StepBatches, StepDataModule, step_generator
-from data.text import CharVocab, TextDataConfig, TextDataModule, load_vocab
-from data.vision import ImageDataConfig, ImageDataModule
+from __future__ import annotations
 
-__all__ = [
-    "CharVocab",
-    "ImageDataConfig",
-    "ImageDataModule",
-    "StepBatches",
-    "StepDataModule",
-    "TextDataConfig",
-    "TextDataModule",
-    "load_vocab",
-    "step_generator",
-]
+import importlib
+from typing import Any
+
+# name -> the module of this package that defines it
+EXPORTS = {
+    "CharVocab": "text",
+    "ImageDataConfig": "config",
+    "ImageDataModule": "vision",
+    "StepBatches": "steps",
+    "StepDataModule": "steps",
+    "TextDataConfig": "config",
+    "TextDataModule": "text",
+    "load_vocab": "text",
+    "step_generator": "steps",
+}
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in EXPORTS:
+        raise AttributeError(f"module 'data' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"data.{EXPORTS[name]}"), name)

@@ -10,7 +10,6 @@ targets when that is set. Only the windows of a batch are ever in memory, never 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data import corpora
+from data.config import TextDataConfig  # noqa: F401 (importable from here)
 from data.corpora import load_text  # noqa: F401 (the corpus as one string; tests and tools)
 from data.hub import reachable  # noqa: F401 (importable from here as before: the wandb check)
 from data.steps import StepBatches, StepDataModule, step_generator
@@ -30,29 +30,6 @@ from data.tokenizer import (
     from_json,
 )
 from data.tokens import prepare_text
-
-
-@dataclass
-class TextDataConfig:
-    source: str = "pydocs"  # pydocs | text_files | hf_text (data/corpora.py)
-    paths: list[str] = field(default_factory=list)  # text_files
-    hf_id: str | None = None  # hf_text
-    hf_config: str | None = None
-    hf_split: str = "train"
-    hf_revision: str | None = None
-    text_column: str = "text"
-    val_fraction: float = 0.1
-    val_batches: int = 8
-    val_tokens: int | None = None  # fixed val windows covering this many targets (overrides)
-    max_chars: int | None = None
-    encoding: str = "utf-8"  # text_files
-    tokenizer: str = "char"  # char | bytes | bpe | <tokenizer.json> | <hub id> (data/tokenizer.py)
-    vocab_size: int = 8192  # bpe
-    bpe_train_chars: int | None = 100_000_000  # BPE learns from this many train chars at most
-    cache_dir: str | None = None  # token files; null: $NORMLAB_CACHE or ~/.cache/normlab
-    num_proc: int | None = None  # tokenizing processes; null: 1 below 64 MB, else the cores
-    streaming: bool = False  # hf_text: stream the hub dataset up to max_tokens
-    max_tokens: int | None = None  # streaming: tokens to keep (train + val)
 
 
 def check_config(cfg: TextDataConfig) -> None:

@@ -19,35 +19,17 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from data.config import ImageDataConfig  # noqa: F401 (importable from here)
 from data.images import SOURCES, load_digits, prepare_images
 from data.steps import StepBatches, StepDataModule, step_generator, stream_generator
 
 SPLIT_SEED = 0  # the digits train/val split is a property of the data, not of the run
-
-
-@dataclass
-class ImageDataConfig:
-    source: str = "digits"  # digits | hf_image | image_folder (data/images.py)
-    hf_id: str | None = None
-    hf_config: str | None = None
-    hf_revision: str | None = None
-    path: str | None = None  # image_folder
-    image_column: str = "image"
-    label_column: str = "label"
-    train_split: str = "train"
-    val_split: str | None = "test"  # None: carve val_fraction off train; auto: test/validation
-    val_fraction: float = 0.2
-    image_size: int | None = None  # resize to image_size x image_size when set
-    augment: list[str] = field(default_factory=list)  # crop, flip (train batches only)
-    crop_padding: int = 4
-    cache_dir: str | None = None  # decoded images; null: $NORMLAB_CACHE or ~/.cache/normlab
 
 
 def fixed_split(n: int, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:

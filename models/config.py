@@ -1,7 +1,9 @@
 """The fields and checks every model shares: its stack of Blocks, their placement, norm and init.
 
 GPTConfig and ViTConfig inherit BlockConfig and add only what their inputs and outputs need
-(vocabulary and context; image, patches and classes). Every field is keyword-only, so a config
+(vocabulary and context; image, patches and classes); models/gpt.py and models/vit.py build
+them. Torch-free (the registries it checks names against are models/catalog.py), so a config is
+checked before torch is imported. Every field is keyword-only, so a config
 reads the same whichever model it builds. ``placement`` and ``norm`` are sub-configs holding
 exactly the keys of their yaml groups (conf/placement/*.yaml, conf/norm/*.yaml); a name alone
 stands for the group's defaults: ``GPTConfig(vocab_size=..., placement="deepnorm",
@@ -11,14 +13,13 @@ norm=NormConfig(name="dyt", alpha=0.8))``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from torch import nn
-
-from models.activations import get_activation
-from models.init import check_init
-from models.norms import build_norm, check_causal_norm
+from models.catalog import check_activation, check_causal_norm, check_init, get_norm
 from models.placement import get_placement
+
+if TYPE_CHECKING:
+    from torch import nn
 
 GATE_SHARING = ("layer", "sublayer")
 QK_NORM_WIDTHS = ("head", "full")
@@ -57,7 +58,11 @@ class NormConfig:
 
     def build(self, dim: int, name: str | None = None) -> nn.Module:
         """This norm (or the registry's ``name``, e.g. its per-head norm) over ``dim`` features."""
-        return build_norm(name or self.name, dim, self.eps, alpha=self.alpha, groups=self.groups)
+        return get_norm(name or self.name)(dim, self.eps, alpha=self.alpha, groups=self.groups)
+
+    def check(self, dim: int) -> None:
+        """Refuse a name or options this norm would refuse over ``dim`` features (torch-free)."""
+        get_norm(self.name).check_options(dim, alpha=self.alpha, groups=self.groups)
 
 
 def group_config(cls: type, value: Any) -> Any:
@@ -154,10 +159,58 @@ class BlockConfig:
             raise ValueError(f"placement.mix_fraction must be in [0, 1], got {fraction}")
         if self.causal:
             check_causal_norm(self.norm.name)
-        self.norm.build(self.n_embd)  # bad options fail here
+        self.norm.check(self.n_embd)
         check_init(self.init)
-        get_activation(self.activation)
+        check_activation(self.activation)
         get_placement(self.placement.name).check(self)
 
     def check_model(self) -> None:
         """The model's own checks, after its integers and before the stack's other fields."""
+
+
+@dataclass(kw_only=True)
+class GPTConfig(BlockConfig):
+    vocab_size: int = 256
+    block_size: int = 128  # context length
+    tie_weights: bool = True
+
+    causal: ClassVar[bool] = True
+    positive_fields: ClassVar[tuple[str, ...]] = ("vocab_size", "block_size")
+
+
+POOLS = ("cls", "mean")
+
+
+@dataclass(kw_only=True)
+class ViTConfig(BlockConfig):
+    image_size: int = 8
+    patch_size: int = 2
+    in_chans: int = 1
+    num_classes: int = 10
+    pool: str = "cls"
+    tie_weights: bool = False  # the GPT's option; the ViT's head is always its own
+
+    positive_fields: ClassVar[tuple[str, ...]] = (
+        "image_size",
+        "patch_size",
+        "in_chans",
+        "num_classes",
+    )
+
+    def check_model(self) -> None:
+        if self.tie_weights:
+            raise ValueError(
+                "model.tie_weights=true: the ViT has no token embedding to tie its head to; "
+                "set model.tie_weights=false"
+            )
+        if self.image_size % self.patch_size != 0:
+            raise ValueError(
+                f"model.image_size={self.image_size} is not divisible by "
+                f"model.patch_size={self.patch_size}; pick a patch size that divides it"
+            )
+        if self.pool not in POOLS:
+            raise ValueError(f"unknown pool '{self.pool}'; choose one of: {', '.join(POOLS)}")
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2

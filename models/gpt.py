@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import BlockConfig
+from models.config import GPTConfig  # noqa: F401 (the public API: models.gpt.GPTConfig)
 from models.flops import training_flops_per_token
 from models.stack import Stack
-
-
-@dataclass(kw_only=True)
-class GPTConfig(BlockConfig):
-    vocab_size: int = 256
-    block_size: int = 128  # context length
-    tie_weights: bool = True
-
-    causal: ClassVar[bool] = True
-    positive_fields: ClassVar[tuple[str, ...]] = ("vocab_size", "block_size")
 
 
 class GPT(Stack):

@@ -14,14 +14,12 @@ per output row and the effective weight is the initialized one, DeepNorm's beta 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from models.placement import inverse_sqrt_depth
+from models.catalog import INITS, InitScheme, check_init  # noqa: F401 (importable from here)
 
 EMBED_STD = 0.02
 
@@ -38,34 +36,11 @@ def gpt2_normal(weight: torch.Tensor, n_layer: int, residual_out: bool) -> None:
     nn.init.normal_(weight, mean=0.0, std=std)
 
 
-@dataclass(frozen=True)
-class InitScheme:
-    """An INITS entry: the base draw of every Linear weight (weight, n_layer, writes into the
-    residual stream), and the gain of block l's weights, l 1-based (None: no layer gain)."""
-
-    base: Callable[[torch.Tensor, int, bool], None]
-    layer_gain: Callable[[int], float] | None = None
-    paper: str = ""
-
-
-INITS: dict[str, InitScheme] = {
-    "xavier": InitScheme(xavier_normal, paper="Glorot & Bengio 2010"),
-    "gpt2": InitScheme(gpt2_normal, paper="Radford et al. 2019"),
-    # Xavier-normal, block l's weights times 1/sqrt(l): std = sqrt(2 / (fan_in + fan_out) / l).
-    "ds": InitScheme(xavier_normal, layer_gain=inverse_sqrt_depth, paper="Zhang et al. 2019"),
-}
-
-
-def check_init(name: str) -> None:
-    if name not in INITS:
-        raise ValueError(f"unknown init '{name}'; choose one of: {', '.join(sorted(INITS))}")
-
-
 @torch.no_grad()
 def init_weights(model: nn.Module, scheme: str, n_layer: int, beta: float = 1.0) -> None:
     """Initialize `model` (a GPT or ViT exposing `.blocks`) with `scheme`, then apply beta."""
     check_init(name=scheme)
-    base, layer_gain = INITS[scheme].base, INITS[scheme].layer_gain
+    base, layer_gain = globals()[INITS[scheme].base], INITS[scheme].layer_gain
     residual_out = set()
     for block in model.blocks:
         residual_out |= {id(block.attn.out_proj), id(block.mlp.fc2)}

@@ -1,4 +1,5 @@
-"""Normalization layers and the NORMS registry (name -> NormSpec, called as spec(dim, eps, **opts)).
+"""Normalization layers, built by name through the NORMS registry (models/catalog.py, torch-free:
+name -> NormSpec, called as spec(dim, eps, **opts); importable from here as before).
 
 Every norm maps a (..., dim) tensor to the same shape and normalizes features. Most take their
 statistics from one token's features alone; BatchNorm and InstanceNorm also take them across the
@@ -8,13 +9,19 @@ refuse them (their statistics would carry future tokens into the present).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.catalog import (  # noqa: F401 (the registry, importable from here)
+    NORMS,
+    NormSpec,
+    check_causal_norm,
+    get_norm,
+    groups_divide,
+    per_token_norms,
+    positive_alpha,
+)
 from models.kernels import load_rms_norm_kernel, rms_norm
 
 
@@ -68,8 +75,7 @@ class DyT(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-5, alpha: float = 0.5) -> None:
         super().__init__()
-        if not alpha > 0:
-            raise ValueError(f"norm.alpha must be > 0, got {alpha}; the paper's default is 0.5")
+        positive_alpha(dim, alpha)
         self.alpha = nn.Parameter(torch.full((1,), float(alpha)))
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -94,11 +100,7 @@ class GroupNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-5, groups: int = 8) -> None:
         super().__init__()
-        if not isinstance(groups, int) or groups <= 0 or dim % groups != 0:
-            raise ValueError(
-                f"norm.groups={groups!r} does not divide the feature size {dim}; "
-                "pick norm.groups as a positive divisor of model.n_embd"
-            )
+        groups_divide(dim, groups)
         self.eps, self.groups = eps, groups
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim))
@@ -164,61 +166,9 @@ def no_norm(dim: int, eps: float = 1e-5) -> nn.Module:
     return nn.Identity()
 
 
-@dataclass(frozen=True)
-class NormSpec:
-    """A NORMS entry: the constructor and what a model needs to know before building it."""
-
-    build: Callable[..., nn.Module]  # (dim, eps, **options) -> module
-    options: tuple[str, ...] = ()  # keyword options the constructor takes
-    mixes: frozenset[str] = field(default_factory=frozenset)  # "batch", "sequence"
-    qk: str = "layernorm"  # the per-head norm qk-norm uses when this is the model's norm
-    paper: str = ""
-
-    def __call__(self, dim: int, eps: float = 1e-5, **opts: float) -> nn.Module:
-        # A model passes all of its norm options; each norm takes the ones it understands.
-        return self.build(dim, eps, **{k: v for k, v in opts.items() if k in self.options})
-
-
-NORMS: dict[str, NormSpec] = {
-    "layernorm": NormSpec(LayerNorm, qk="layernorm", paper="Ba et al. 2016"),
-    "rmsnorm": NormSpec(RMSNorm, qk="rmsnorm", paper="Zhang & Sennrich 2019"),
-    "dyt": NormSpec(DyT, options=("alpha",), qk="dyt", paper="Zhu et al. 2025"),
-    # A head's features are already one group, so qk-norm uses LayerNorm for GroupNorm.
-    "groupnorm": NormSpec(GroupNorm, options=("groups",), paper="Wu & He 2018"),
-    # qk-norm must act per token and head; the cross-token norms leave it to LayerNorm.
-    "batchnorm": NormSpec(
-        BatchNorm, mixes=frozenset({"batch", "sequence"}), paper="Ioffe & Szegedy 2015"
-    ),
-    "instancenorm": NormSpec(InstanceNorm, mixes=frozenset({"sequence"}), paper="Ulyanov 2016"),
-    # With no norm to borrow, qk-norm (when asked for) uses LayerNorm.
-    "none": NormSpec(no_norm),
-}
-
-
-def get_norm(name: str) -> NormSpec:
-    if name not in NORMS:
-        raise ValueError(f"unknown norm '{name}'; choose one of: {', '.join(sorted(NORMS))}")
-    return NORMS[name]
-
-
 def build_norm(name: str, dim: int, eps: float = 1e-5, **opts: float) -> nn.Module:
     """Build the norm registered under `name` over a feature dimension of size `dim`.
 
     `opts` (alpha for dyt, groups for groupnorm) go to the norms that take them.
     """
     return get_norm(name)(dim, eps, **opts)
-
-
-def per_token_norms() -> list[str]:
-    return sorted(name for name, spec in NORMS.items() if not spec.mixes)
-
-
-def check_causal_norm(name: str) -> None:
-    """Refuse norms whose statistics span the batch or the sequence in a causal model."""
-    spec = get_norm(name)
-    if spec.mixes:
-        raise ValueError(
-            f"norm={name} takes statistics across the {' and '.join(sorted(spec.mixes))}, which "
-            "leaks future tokens into a causal LM's training; use "
-            f"norm={'|'.join(per_token_norms())}, or model=vit"
-        )

@@ -2,53 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import BlockConfig
+from models.config import ViTConfig  # noqa: F401 (importable from here)
 from models.flops import training_flops_per_token
 from models.stack import Stack
 
-POOLS = ("cls", "mean")
-
-
-@dataclass(kw_only=True)
-class ViTConfig(BlockConfig):
-    image_size: int = 8
-    patch_size: int = 2
-    in_chans: int = 1
-    num_classes: int = 10
-    pool: str = "cls"
-    tie_weights: bool = False  # the GPT's option; the ViT's head is always its own
-
-    positive_fields: ClassVar[tuple[str, ...]] = (
-        "image_size",
-        "patch_size",
-        "in_chans",
-        "num_classes",
-    )
-
-    def check_model(self) -> None:
-        if self.tie_weights:
-            raise ValueError(
-                "model.tie_weights=true: the ViT has no token embedding to tie its head to; "
-                "set model.tie_weights=false"
-            )
-        if self.image_size % self.patch_size != 0:
-            raise ValueError(
-                f"model.image_size={self.image_size} is not divisible by "
-                f"model.patch_size={self.patch_size}; pick a patch size that divides it"
-            )
-        if self.pool not in POOLS:
-            raise ValueError(f"unknown pool '{self.pool}'; choose one of: {', '.join(POOLS)}")
-
-    @property
-    def num_patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
 
 
 class ViT(Stack):

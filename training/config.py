@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from training.errors import ConfigError, closest
-from training.optim import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
+from training.optim_config import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
 from training.schema import ROOT, keys_of
 
 
@@ -105,12 +105,9 @@ def node_to(
 def record_defaults() -> dict[str, Any]:
     """{dotted key: default} of the typed config fields, as JSON values; a field whose default
     differs between the classes under one prefix (GPT and ViT) has none here."""
-    from data.text import TextDataConfig
-    from data.vision import ImageDataConfig
-    from models.config import NormConfig, PlacementConfig
-    from models.gpt import GPTConfig
-    from models.vit import ViTConfig
-    from training.divergence import DivergenceConfig
+    from data.config import ImageDataConfig, TextDataConfig
+    from models.config import GPTConfig, NormConfig, PlacementConfig, ViTConfig
+    from training.run_config import DivergenceConfig
 
     found: dict[str, list] = {}
     for prefix, classes in (

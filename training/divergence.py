@@ -9,34 +9,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from training.record import ReportsToRecord, RunRecord, Status, record_of
-
-# Where a diverged run's last checkpoint goes, so none that looks final survives.
-CHECKPOINT_POLICIES = ("rename", "delete", "keep")
-
-
-@dataclass
-class DivergenceConfig:
-    loss_factor: float | None = 3.0  # diverged when loss > factor * reference; None: off
-    ref_steps: int = 1  # reference = mean of the first ref_steps finite training losses
-    checkpoint: str = "rename"  # what happens to a diverged run's checkpoints: rename|delete|keep
-
-    def __post_init__(self) -> None:
-        if self.loss_factor is not None and self.loss_factor <= 1.0:
-            raise ValueError(f"divergence.loss_factor must be > 1 or null, got {self.loss_factor}")
-        if self.ref_steps < 1:
-            raise ValueError(f"divergence.ref_steps must be >= 1, got {self.ref_steps}")
-        if self.checkpoint not in CHECKPOINT_POLICIES:
-            raise ValueError(
-                f"unknown divergence.checkpoint '{self.checkpoint}'; "
-                f"choose one of: {', '.join(CHECKPOINT_POLICIES)}"
-            )
+from training.run_config import CHECKPOINT_POLICIES, DivergenceConfig  # noqa: F401 (importable here)
 
 
 def checkpoint_paths(ckpt: Callback) -> set[str]:

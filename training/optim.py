@@ -1,4 +1,5 @@
-"""The optimizer side of a run: its config, the learning-rate schedule and the optimizers.
+"""The optimizer side of a run: the optimizers (its config and the learning-rate schedule are
+torch-free, in training/optim_config.py).
 
 ``OPTIMIZERS`` maps ``optim.name`` to a builder ``(model, OptimConfig) -> Optimizer``; every
 optimizer shares the schedule keys (linear warmup, then ``SCHEDULES``) and ``param_groups``'
@@ -9,121 +10,18 @@ LR schedule, gradient clipping and checkpoints see one).
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-
-def cosine_multiplier(progress: float, min_lr_ratio: float) -> float:
-    """Half a cosine from 1 down to ``min_lr_ratio`` as progress goes 0 -> 1."""
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def constant_multiplier(progress: float, min_lr_ratio: float) -> float:
-    return 1.0
-
-
-WSD_DECAY = 0.2  # the share of the post-warmup steps that wsd spends decaying
-
-
-def wsd_multiplier(progress: float, min_lr_ratio: float) -> float:
-    """Warmup-stable-decay (Hu et al. 2024, MiniCPM): 1 until the last WSD_DECAY of the run,
-    then a straight line down to ``min_lr_ratio`` at progress 1."""
-    start = 1.0 - WSD_DECAY
-    if progress <= start:
-        return 1.0
-    return 1.0 - (1.0 - min_lr_ratio) * (progress - start) / WSD_DECAY
-
-
-# Schedule after warmup: (progress in [0, 1], min_lr_ratio) -> lr multiplier.
-SCHEDULES: dict[str, Callable[[float, float], float]] = {
-    "cosine": cosine_multiplier,
-    "constant": constant_multiplier,
-    "wsd": wsd_multiplier,
-}
-
-
-@dataclass
-class OptimConfig:
-    name: str = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    warmup_steps: int = 0
-    schedule: str = "cosine"
-    min_lr_ratio: float = 0.1
-    strict_warmup: bool = False  # refuse (not clamp) a warmup longer than the run
-    z_loss: float = 0.0  # coefficient of mean(log Z^2) added to the loss (z_loss_term)
-    # Wortsman et al. 2023's independent weight decay: each step shrinks the weights by
-    # weight_decay x the schedule's multiplier, not x the lr (torch's AdamW: lr x weight_decay).
-    independent_wd: bool = False
-    momentum: float = 0.9  # sgd, muon
-    nesterov: bool = False  # sgd, muon
-    # AdamW's (and Muon's AdamW half's) fused step: None, on a GPU only (the CPU takes torch's
-    # foreach step); true, on the CPU too (about 3x faster a step at the findings' sizes, the
-    # results move in the last digits: an opt-in, docs/benchmarks.md); false, never.
-    fused: bool | None = None
-
-    def read(self) -> dict:
-        """The settings this config's optimizer reads (what a run records as its optim)."""
-        keys = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ()))
-        return {k: v for k, v in dataclasses.asdict(self).items() if k in keys}
-
-    @property
-    def decay_per_lr(self) -> float:
-        """The weight_decay torch's AdamW gets: it multiplies it by the step's lr."""
-        return self.weight_decay / self.lr if self.independent_wd else self.weight_decay
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(float(b) for b in self.betas)  # a YAML list arrives as a list
-        if self.name not in OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer '{self.name}'; choose one of: {', '.join(OPTIMIZERS)}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ValueError(
-                f"unknown optim.schedule '{self.schedule}'; choose one of: {', '.join(SCHEDULES)}"
-            )
-        if not self.z_loss >= 0.0:
-            raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
-        numbers = {"lr": self.lr, "weight_decay": self.weight_decay, "eps": self.eps,
-                   "betas": self.betas, "min_lr_ratio": self.min_lr_ratio,
-                   "momentum": self.momentum}  # fmt: skip
-        for key, value in numbers.items():
-            if not all(math.isfinite(v) for v in (value if key == "betas" else (value,))):
-                raise ValueError(f"optim.{key} must be a finite number, got {value}")
-        ranges = (
-            ("weight_decay", self.weight_decay >= 0.0, ">= 0"),
-            ("eps", self.eps > 0.0, "> 0"),
-            ("betas", all(0.0 <= b < 1.0 for b in self.betas) and len(self.betas) == 2,
-             "two values in [0, 1)"),
-            ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),
-        )  # fmt: skip
-        for key, ok, rule in ranges:
-            if not ok and key in (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ())):
-                raise ValueError(f"optim.{key} must be {rule}, got {getattr(self, key)}")
-        if self.lr <= 0 or self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(
-                f"optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1; got "
-                f"lr={self.lr}, warmup_steps={self.warmup_steps}, min_lr_ratio={self.min_lr_ratio}"
-            )
-
-
-def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
-    """LR multiplier at optimizer step ``step`` (0-based).
-
-    Warmup: (step + 1) / warmup_steps for step < warmup_steps, so the first step already moves.
-    Then the schedule at progress (step - warmup_steps) / (total_steps - warmup_steps), clamped.
-    """
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
-    return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
+from training.optim_config import (  # noqa: F401 (importable from here)
+    OPTIMIZER_KEYS,
+    SCHEDULE_KEYS,
+    SCHEDULES,
+    OptimConfig,
+    lr_multiplier,
+)
 
 
 def z_loss_term(logits: torch.Tensor, coefficient: float) -> torch.Tensor:
@@ -280,19 +178,6 @@ class Combined(torch.optim.Optimizer):
         self.param_groups = [g for opt in self.parts for g in opt.param_groups]
 
 
-# The keys every optimizer reads (the schedule, decay and loss settings), and each optimizer's
-# own: a key the chosen optimizer does not read is refused before training (training/config.py
-# optim_config), never recorded as if it changed something.
-SCHEDULE_KEYS = (
-    "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
-    "z_loss", "independent_wd",
-)  # fmt: skip
-OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
-    "adamw": ("betas", "eps", "fused"),
-    "sgd": ("momentum", "nesterov"),
-    "adafactor": (),  # torch's defaults for its decay rate and eps
-    "muon": ("momentum", "nesterov", "betas", "eps", "fused"),  # betas, eps, fused: its AdamW half
-}
 # What stability studies compare (Wortsman et al. 2023 vary AdamW's eps and betas, which stay
 # optim.eps and optim.betas). Lion is not in torch.
 OPTIMIZERS: dict[str, Callable[[nn.Module, OptimConfig], torch.optim.Optimizer]] = {

@@ -12,16 +12,24 @@ a typo answers before torch is imported.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from models.config import NormConfig, PlacementConfig
-from training.config import check_run_length, compile_mode, node_to, optim_config
-from training.divergence import DivergenceConfig
-from training.optim import OptimConfig
-from training.probes import ProbeConfig
+from training.config import (
+    check_run_length,
+    check_top_level,
+    compile_mode,
+    node_to,
+    optim_config,
+)
+from training.errors import BUILD_ERRORS, ConfigError
+from training.optim_config import OptimConfig
+from training.probe_config import ProbeConfig
 from training.specs import ModelSpec, model_spec
 
 # Model config fields set by a group of their own, with where a user sets each.
@@ -36,6 +44,28 @@ MISPLACED = {
     "dyt_alpha": "norm.alpha={value}",
     "norm_groups": "norm.groups={value}",
 }
+
+
+# Where a diverged run's last checkpoint goes, so none that looks final survives.
+CHECKPOINT_POLICIES = ("rename", "delete", "keep")
+
+
+@dataclass
+class DivergenceConfig:
+    loss_factor: float | None = 3.0  # diverged when loss > factor * reference; None: off
+    ref_steps: int = 1  # reference = mean of the first ref_steps finite training losses
+    checkpoint: str = "rename"  # what happens to a diverged run's checkpoints: rename|delete|keep
+
+    def __post_init__(self) -> None:
+        if self.loss_factor is not None and self.loss_factor <= 1.0:
+            raise ValueError(f"divergence.loss_factor must be > 1 or null, got {self.loss_factor}")
+        if self.ref_steps < 1:
+            raise ValueError(f"divergence.ref_steps must be >= 1, got {self.ref_steps}")
+        if self.checkpoint not in CHECKPOINT_POLICIES:
+            raise ValueError(
+                f"unknown divergence.checkpoint '{self.checkpoint}'; "
+                f"choose one of: {', '.join(CHECKPOINT_POLICIES)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -127,6 +157,11 @@ def typed_config(cfg: DictConfig) -> RunConfig:
     # checked here, read by scripts/init_probe.py and scripts/reproduce.py
     node_to(InitProbeConfig, cfg.get("init_probe") or {}, "init_probe")
     node_to(ReproduceConfig, cfg.get("reproduce") or {}, "reproduce")
+    placement = node_to(PlacementConfig, cfg.placement, "placement")
+    norm = node_to(NormConfig, cfg.norm, "norm")
+    # the model config checked whole now, the fields the data decides at placeholders (the
+    # build reads them off the prepared data)
+    spec.config(**model, **spec.data_placeholders(model), placement=placement, norm=norm)
     return RunConfig(
         name=str(cfg.name),
         seed=cfg.seed,
@@ -136,8 +171,8 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         batch_size=cfg.data.batch_size,
         model=model,
         init_from=cfg.model.get("init_from") or None,
-        placement=node_to(PlacementConfig, cfg.placement, "placement"),
-        norm=node_to(NormConfig, cfg.norm, "norm"),
+        placement=placement,
+        norm=norm,
         optim=optim_config(cfg, warmup),
         probes=node_to(ProbeConfig, cfg.get("probes") or {}, "probes"),
         divergence=node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence"),
@@ -147,3 +182,17 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         compile=compile_mode(cfg.compile),
         composed=cfg,
     )
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check of the root keys and of typed_config, before torch is imported (train.py):
+    a bad key or value is refused in one line (ConfigError) before any run dir is touched. The
+    warnings these checks print are left to the build, which makes them again."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check_top_level(cfg)
+            typed_config(cfg)
+    except BUILD_ERRORS as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(str(err)) from err

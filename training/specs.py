@@ -4,81 +4,109 @@ A kind (``model.name``) names the task that trains it (which names the model's m
 config class, so that ``Task.load_from_checkpoint`` can rebuild it), the data family it reads
 (and the fields the prepared data decides), the results its summary.json holds, and how to draw
 a random batch for it (the init probe's). Adding a model kind is a task subclass and one entry
-in ``MODELS``; nothing else maps names or classes to kinds.
+in ``MODELS``; nothing else maps names or classes to kinds. Torch-free: the task, its model and
+the datamodule load when a run builds them, so a config is checked before torch is imported.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as L
-import torch
 from omegaconf import DictConfig
-from torch import nn
 
-from data.text import TextDataConfig, TextDataModule
-from data.vision import ImageDataConfig, ImageDataModule
-from models.gpt import GPTConfig
-from models.vit import ViTConfig
+from data.config import ImageDataConfig, TextDataConfig
+from models.config import GPTConfig, ViTConfig
 from training.errors import ConfigError
-from training.task import ImageClassificationTask, LanguageModelTask, TrainTask
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+    Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def random_tokens(cfg: GPTConfig, batch_size: int, g: torch.Generator) -> Batch:
     """Uniform random tokens and their next-token targets, (B, T) each."""
+    import torch
+
     seq = torch.randint(0, cfg.vocab_size, (batch_size, cfg.block_size + 1), generator=g)
     return seq[:, :-1], seq[:, 1:]
 
 
 def random_images(cfg: ViTConfig, batch_size: int, g: torch.Generator) -> Batch:
     """Gaussian images and uniform random labels."""
+    import torch
+
     shape = (batch_size, cfg.in_chans, cfg.image_size, cfg.image_size)
     labels = torch.randint(0, cfg.num_classes, (batch_size,), generator=g)
     return torch.randn(shape, generator=g), labels
 
 
+def text_datamodule(run: Any) -> Any:
+    from data.text import TextDataModule
+
+    return TextDataModule(run.data, run.model["block_size"], run.batch_size, run.seed)
+
+
+def image_datamodule(run: Any) -> Any:
+    from data.vision import ImageDataModule
+
+    return ImageDataModule(run.data, run.batch_size, run.seed)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    task: type[TrainTask]  # names its model and config classes (load_from_checkpoint needs them)
+    config: type  # the model's config class (models/config.py)
+    task_name: str  # its TrainTask in training/task.py, which names its model class too
     data_kind: str  # the `kind` key of the data configs it accepts
     data_config: type
-    datamodule: Callable[[Any], L.LightningDataModule]  # (the typed run config)
+    datamodule: Callable[[Any], Any]  # (the typed run config) -> a LightningDataModule
     data_fields: Callable[[Any], dict]  # model config fields read off the prepared datamodule
+    # those fields at values the config's own checks accept, from the model node's other
+    # fields: the config is checked whole before the data is prepared (run_config.py)
+    data_placeholders: Callable[[dict], dict]
     summary_fields: tuple[str, ...]  # the results summary.json holds for this kind of model
-    random_batch: Callable[[Any, int, torch.Generator], Batch]  # (config, size, generator)
+    random_batch: Callable[[Any, int, Any], Batch]  # (config, size, torch generator)
 
     @property
-    def config(self) -> type:
-        return self.task.config_class
+    def task(self) -> type:
+        """The TrainTask (load_from_checkpoint needs its model and config classes)."""
+        return getattr(importlib.import_module("training.task"), self.task_name)
 
     @property
-    def module(self) -> Callable[[Any], nn.Module]:
+    def module(self) -> Callable[[Any], Any]:
         return self.task.model_class
 
 
 MODELS: dict[str, ModelSpec] = {
     "gpt": ModelSpec(
-        LanguageModelTask,
+        GPTConfig,
+        "LanguageModelTask",
         "text",
         TextDataConfig,
-        lambda run: TextDataModule(run.data, run.model["block_size"], run.batch_size, run.seed),
+        text_datamodule,
         lambda dm: {"vocab_size": dm.vocab_size},
+        lambda model: {"vocab_size": 2},
         ("final_val_bpb", "best_val_bpb", "tokens_per_s"),
         random_tokens,
     ),
     "vit": ModelSpec(
-        ImageClassificationTask,
+        ViTConfig,
+        "ImageClassificationTask",
         "image",
         ImageDataConfig,
-        lambda run: ImageDataModule(run.data, run.batch_size, run.seed),
+        image_datamodule,
         lambda dm: {
             "image_size": dm.image_size,
             "in_chans": dm.in_chans,
             "num_classes": dm.num_classes,
+        },
+        lambda model: {
+            "image_size": model.get("patch_size", ViTConfig.patch_size),  # one patch
+            "in_chans": 1,
+            "num_classes": 2,
         },
         ("final_val_acc", "best_val_acc", "samples_per_s"),
         random_images,

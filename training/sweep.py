@@ -13,9 +13,7 @@ the status line at its end, and what a searching sweeper (Optuna) gets back from
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import itertools
 import json
 import math
@@ -38,22 +36,20 @@ OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of th
 
 
 def check_grid_once(config: DictConfig) -> None:
-    """Put the grid's jobs through the checks a job makes before it trains (root keys and
-    values, the run length), until one passes; when every job fails the same check, refuse
-    the sweep once, before any job starts, instead of once per job."""
+    """Put the grid's jobs through the checks a job makes before it trains (every key and
+    value, torch-free: run_config.check_config), until one passes; when every job fails the
+    same check, refuse the sweep once, before any job starts, instead of once per job."""
     from hydra import compose
 
-    from training.config import check_run_length, check_top_level
     from training.errors import ConfigError
+    from training.run_config import check_config
 
     messages = set()
     for job in sweep_jobs(config):
         try:
             # run_dir stands in for Hydra's output dir, which no job has yet
             cfg = compose(config.hydra.job.config_name, overrides=[*job, "run_dir=-"])
-            check_top_level(cfg)
-            with contextlib.redirect_stdout(io.StringIO()):  # the job prints its own warnings
-                check_run_length(cfg)
+            check_config(cfg)
         except ConfigError as err:
             messages.add(str(err))
         except Exception:  # noqa: BLE001 - what composing a job raises is the job's to report

@@ -65,3 +65,35 @@ def test_reproduce_is_checked_key_by_key(compose_cfg, tmp_path) -> None:
         typed_config(compose_cfg([*base, "+reproduce.confirm.sed=[1]"]))
     with pytest.raises(ConfigError, match=r"reproduce\.ref_lr='x' must be of type"):
         typed_config(compose_cfg([*base, "+reproduce.ref_lr=x"]))
+
+
+def test_every_value_is_checked_before_torch_loads() -> None:
+    """A bad value answers as a typo does: check_config (what train.py runs before the build)
+    refuses it without importing torch or Lightning."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from hydra import compose, initialize_config_dir
+from training.errors import ConfigError
+from training.run_config import check_config
+bad = [["model.n_layer=0"], ["norm=groupnorm", "norm.groups=5"], ["optim.lr=abc"],
+       ["norm=dyt", "norm.alpha=-1"], ["model.activation=tanh"], ["probes.enabled=[nope]"],
+       ["divergence.loss_factor=0.5"], ["model=vit", "model.pool=max"]]
+with initialize_config_dir(config_dir={str(CONF)!r}, version_base="1.3"):
+    check_config(compose(config_name="config", overrides=["run_dir=-"]))
+    for overrides in bad:
+        try:
+            check_config(compose(config_name="config", overrides=["run_dir=-", *overrides]))
+            print("accepted", overrides)
+        except ConfigError as err:
+            print("refused:", err)
+print("torch" in sys.modules, "lightning" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "False False", out.stdout
+    assert len(lines) == 9 and all(line.startswith("refused: ") for line in lines[:-1]), lines
+    assert "norm.groups=5 does not divide the feature size 128" in lines[1]
+    assert "unknown pool 'max'" in lines[7]

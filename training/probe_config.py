@@ -1,0 +1,130 @@
+"""Which probes exist and how a run configures them, torch-free: PROBES (name -> ProbeSpec: its
+default interval, what it logs, and the measure or callback of training/probes/ that computes
+it, by name) and ProbeConfig (``probes.*``), so the config is checked before torch is imported.
+training/probes/registry.py builds the callbacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from training import metric_names as names
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    every: int  # default interval in optimizer steps
+    doc: str
+    # a ForwardMeasure of the shared forward pass: its class in training/probes/ by name, or the
+    # class; or its own callback: a factory (every, ProbeConfig, probe batch) -> Callback, by
+    # name in training/probes/registry.py, or the factory
+    measure: str | type | None = None
+    callback: str | Callable[[int, ProbeConfig, object], Any] | None = None
+    after_forward: bool = False  # its callback runs after the shared forward pass
+    default_on: bool = True  # whether a plain run (probes.enabled: null) runs it
+
+    def make_measure(self) -> Any:
+        """A fresh instance of its forward measure (the class resolved in training/probes/)."""
+        if isinstance(self.measure, str):
+            import training.probes
+
+            return getattr(training.probes, self.measure)()
+        return self.measure()
+
+    def make_callback(self, every: int, cfg: ProbeConfig, batch: object) -> Any:
+        """Its callback (the factory resolved in training/probes/registry.py)."""
+        factory = self.callback
+        if isinstance(factory, str):
+            from training.probes import registry
+
+            factory = getattr(registry, factory)
+        return factory(every, cfg, batch)
+
+
+PROBES: dict[str, ProbeSpec] = {
+    "grad_norm": ProbeSpec(
+        1,
+        "grad_norm/total, /layer_{i}[/attn|/mlp], /last_fc2",
+        callback="grad_norm_probe",
+    ),
+    "act_norm": ProbeSpec(10, "act_norm/layer_{i}", "ActNorm"),
+    "update": ProbeSpec(10, names.UPDATE, "ModelUpdate"),
+    "max_logit": ProbeSpec(10, "attn/max_logit[/layer_{i}]", "MaxAttnLogit"),
+    "attn_entropy": ProbeSpec(
+        10, "attn/entropy/layer_{i}, attn/entropy_min/layer_{i}", "AttnEntropy"
+    ),
+    "act_max": ProbeSpec(10, "act_max/layer_{i}", "ActMax"),
+    "log_z": ProbeSpec(10, "logits/log_z, logits/log_z_rms", "LogZ"),
+    "block_cos": ProbeSpec(10, "block_cos/layer_{i}", "BlockCos"),
+    "update_ratio": ProbeSpec(
+        10,
+        "update_ratio/layer_{i}, update_ratio/max",
+        callback="update_ratio_probe",
+    ),
+    "sharpness": ProbeSpec(
+        100,
+        "sharpness/hessian, sharpness/preconditioned",
+        callback="sharpness_probe",
+        after_forward=True,  # both read theta_s at the step's start
+        default_on=False,  # costly: 2 x iters Hessian-vector products
+    ),
+    "loss_spikes": ProbeSpec(
+        10,
+        "train/loss_spikes (and loss_spikes in summary.json)",
+        callback="loss_spikes_probe",
+    ),
+}
+
+
+def default_probes() -> list[str]:
+    return [name for name, spec in PROBES.items() if spec.default_on]
+
+
+@dataclass
+class SharpnessConfig:
+    iters: int = 20  # power-iteration steps per eigenvalue
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.iters, int) or self.iters < 1:
+            raise ValueError(f"probes.sharpness.iters must be an integer >= 1, got {self.iters}")
+
+
+@dataclass
+class ProbeConfig:
+    """Which probes run and how often. ``every`` overrides PROBES' default intervals by name;
+    ``enabled`` None: the registry's default probes."""
+
+    enabled: list[str] | None = None
+    every: dict[str, int] = field(default_factory=dict)
+    batch_size: int = 8  # samples in the fixed probe batch
+    sharpness: SharpnessConfig = field(default_factory=SharpnessConfig)
+    spike_factor: float = 1.5  # a loss spike: loss > spike_factor x the running median
+    spike_window: int = 100  # steps in that running median
+
+    def __post_init__(self) -> None:
+        enabled = default_probes() if self.enabled is None else self.enabled
+        self.enabled, self.every = list(enabled), dict(self.every)
+        unknown = sorted({n for n in (*self.enabled, *self.every) if n not in PROBES})
+        if unknown:
+            raise ValueError(f"unknown probe(s) {unknown}; choose from: {', '.join(PROBES)}")
+        bad = {n: k for n, k in self.every.items() if not isinstance(k, int) or k < 1}
+        if bad:
+            raise ValueError(f"probe intervals must be integers >= 1, got {bad}")
+        if self.batch_size < 1:
+            raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
+        if isinstance(self.sharpness, dict):
+            keys = set(self.sharpness) - {"iters"}
+            if keys:
+                raise ValueError(f"probes.sharpness.{sorted(keys)[0]} is unknown; valid: iters")
+            self.sharpness = SharpnessConfig(**self.sharpness)
+        if not self.spike_factor > 1.0:
+            raise ValueError(f"probes.spike_factor must be > 1, got {self.spike_factor}")
+        if not isinstance(self.spike_window, int) or self.spike_window < 1:
+            raise ValueError(
+                f"probes.spike_window must be an integer >= 1, got {self.spike_window}"
+            )
+
+    def interval(self, name: str) -> int:
+        return self.every.get(name, PROBES[name].every)
