@@ -11,7 +11,6 @@ from models.flops import training_flops_per_token
 from models.stack import Stack
 
 
-
 class ViT(Stack):
     """Patches (+ cls token) + positions -> n_layer Blocks -> (final norm) -> pool -> head;
     with ``pos=rope`` the positions rotate q and k inside each attention instead."""
