@@ -3,9 +3,10 @@
 Each Claim names its margins in its registry entry (analysis/findings/registry.py and
 registry_probes.py), fixed before the sweep runs; its check reads them from the verdict
 (``v.margins.fails``) and never from a constant of its own, and the verdict records them
-(verdict.json, the threshold column of verdict.md). A margin is the effect size a paper's wording stands for, so one word has one value
-across the findings: the table below. The seeds' noise enters through the interval, never
-through the margin (analysis/findings/common.py: decide_all).
+(verdict.json, the threshold column of verdict.md). A margin is the effect size a paper's
+wording stands for, so one word has one value across the findings: the table below. The seeds'
+noise enters through the interval, never through the margin (analysis/findings/common.py:
+decide_all).
 
 Losses in nats per token / per image, accuracies in [0, 1], factors as ratios:
     WORSE = 0.10        "ends worse": far below the gaps the papers report
