@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from training.errors import Interrupted, one_line_errors
+from training.errors import Interrupted, in_multirun, one_line_errors
 from training.launch import launch_scope, preflight
 from training.record import Status, result_line
 from training.run_config import check_config
@@ -85,7 +85,8 @@ def run(cfg: DictConfig) -> dict:
 @for_the_sweeper
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
-    check_config(cfg)  # torch-free: a bad key or value is refused before torch loads
+    if not in_multirun():  # a sweep checks its grid once (training/sweep.py), each job records
+        check_config(cfg)  # torch-free: a bad key or value is refused before torch loads
     this = attempt(cfg)
     return job_outcome(this.summary, skipped=this.finished is not None)
 

@@ -170,7 +170,9 @@ def outcome(ci: Interval, margin: float, side: str) -> str:
 def seeds_needed(ci: Interval, margin: float, side: str, most: int = 1000) -> int | None:
     """Seeds per arm (equal arms) at which an interval with the observed sds, centred on the
     observed effect, would clear the nearest boundary; None when the effect sits on it or the
-    sds are unknown."""
+    sds are unknown. Its t quantile takes the interval's own degrees of freedom: one arm's
+    n - 1, or Welch-Satterthwaite's for arms of n seeds each (which fall to n - 1 when one arm's
+    sd dominates)."""
     boundaries = (margin,) if side != "within" else (margin, -margin)
     effect = ci.effect
     if ci.scale == "log":  # the sds are of the logs: measure the distance there
@@ -181,8 +183,10 @@ def seeds_needed(ci: Interval, margin: float, side: str, most: int = 1000) -> in
     spread = sum(s**2 for s in ci.sd)
     if not math.isfinite(distance) or distance == 0 or not math.isfinite(spread):
         return None
+    quartic = sum(s**4 for s in ci.sd)
     for n in range(2, most + 1):
-        half = t_quantile(len(ci.sd) * (n - 1)) * math.sqrt(spread / n)
+        df = (n - 1) * spread**2 / quartic if quartic > 0 else len(ci.sd) * (n - 1)
+        half = t_quantile(df) * math.sqrt(spread / n)
         if half < distance:
             return n
     return None

@@ -9,6 +9,7 @@ once. The placements (models/placement.py) are torch-free data already.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,10 +51,8 @@ class NormSpec:
     def __call__(self, dim: int, eps: float = 1e-5, **opts: Any) -> Any:
         # A model passes all of its norm options; each norm takes the ones it understands.
         build = self.build
-        if isinstance(build, str):
-            from models import norms
-
-            build = getattr(norms, build)
+        if isinstance(build, str):  # resolved by name when built: this module stays torch-free
+            build = getattr(importlib.import_module("models.norms"), build)
         return build(dim, eps, **{k: v for k, v in opts.items() if k in self.options})
 
 

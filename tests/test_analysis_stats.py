@@ -63,7 +63,12 @@ def test_seeds_needed_clears_the_margin_at_that_many_seeds() -> None:
     assert stats.outcome(ci, 0.05, "below") == "INCONCLUSIVE"
     need = stats.seeds_needed(ci, 0.05, "below")
     sds = (0.05 / math.sqrt(2), 0.01 / math.sqrt(2))
-    half = lambda n: sp.t.ppf(0.975, 2 * (n - 1)) * math.sqrt((sds[0] ** 2 + sds[1] ** 2) / n)  # noqa: E731
+
+    def half(n: int) -> float:  # Welch's interval for n seeds an arm with these sds
+        v = [s**2 / n for s in sds]
+        df = sum(v) ** 2 / sum(x**2 / (n - 1) for x in v)
+        return sp.t.ppf(0.975, df) * math.sqrt(sum(v))
+
     assert half(need) < 0.01 <= half(need - 1)
     on_margin = stats.Interval(0.05, 0.0, 0.1, (2, 2), (0.01, 0.01), "t")
     assert stats.seeds_needed(on_margin, 0.05, "below") is None

@@ -12,8 +12,6 @@ code runs; checking here keeps every message to one line that names the key and 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
 import types
 import typing
@@ -98,46 +96,6 @@ def node_to(
             )
         kwargs[key] = value
     return kwargs if cls is dict else cls(**kwargs)
-
-
-# --- what an older run record lacks ------------------------------------------------------------
-@functools.cache
-def record_defaults() -> dict[str, Any]:
-    """{dotted key: default} of the typed config fields, as JSON values; a field whose default
-    differs between the classes under one prefix (GPT and ViT) has none here."""
-    from data.config import ImageDataConfig, TextDataConfig
-    from models.config import GPTConfig, NormConfig, PlacementConfig, ViTConfig
-    from training.run_config import DivergenceConfig
-
-    found: dict[str, list] = {}
-    for prefix, classes in (
-        ("optim", (OptimConfig,)),
-        ("data", (TextDataConfig, ImageDataConfig)),
-        ("model", (GPTConfig, ViTConfig)),
-        ("placement", (PlacementConfig,)),
-        ("norm", (NormConfig,)),
-        ("divergence", (DivergenceConfig,)),
-    ):
-        for cls in classes:
-            for f in dataclasses.fields(cls):
-                if f.default is not dataclasses.MISSING:
-                    value = f.default
-                elif f.default_factory is not dataclasses.MISSING:
-                    value = f.default_factory()
-                else:
-                    continue
-                if dataclasses.is_dataclass(value):
-                    continue  # a group of its own (placement, norm), under its own prefix
-                found.setdefault(f"{prefix}.{f.name}", []).append(json.loads(json.dumps(value)))
-    defaults = {k: v[0] for k, v in found.items() if all(x == v[0] for x in v)}
-    defaults["kernels.fused"] = True
-    # Keys whose default changed when they were added: a record without the key ran the old
-    # behaviour, so it compares at that (ReZero had one gate per sub-layer before placement.gates).
-    defaults.update(RAN_BEFORE_KEY)
-    return defaults
-
-
-RAN_BEFORE_KEY = {"placement.gates": "sublayer"}
 
 
 # --- the root of the config ------------------------------------------------------------------

@@ -6,6 +6,7 @@ training/probes/registry.py builds the callbacks.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,19 +28,15 @@ class ProbeSpec:
 
     def make_measure(self) -> Any:
         """A fresh instance of its forward measure (the class resolved in training/probes/)."""
-        if isinstance(self.measure, str):
-            import training.probes
-
-            return getattr(training.probes, self.measure)()
+        if isinstance(self.measure, str):  # by name when built: this module stays torch-free
+            return getattr(importlib.import_module("training.probes"), self.measure)()
         return self.measure()
 
     def make_callback(self, every: int, cfg: ProbeConfig, batch: object) -> Any:
         """Its callback (the factory resolved in training/probes/registry.py)."""
         factory = self.callback
         if isinstance(factory, str):
-            from training.probes import registry
-
-            factory = getattr(registry, factory)
+            factory = getattr(importlib.import_module("training.probes.registry"), factory)
         return factory(every, cfg, batch)
 
 

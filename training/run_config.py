@@ -13,13 +13,17 @@ a typo answers before torch is imported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import io
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from models.config import NormConfig, PlacementConfig
+from data.config import ImageDataConfig, TextDataConfig
+from models.config import GPTConfig, NormConfig, PlacementConfig, ViTConfig
 from training.config import (
     check_run_length,
     check_top_level,
@@ -196,3 +200,39 @@ def check_config(cfg: DictConfig) -> None:
         if isinstance(err, ConfigError):
             raise
         raise ConfigError(str(err)) from err
+
+
+# --- what an older run record lacks ------------------------------------------------------------
+@functools.cache
+def record_defaults() -> dict[str, Any]:
+    """{dotted key: default} of the typed config fields, as JSON values; a field whose default
+    differs between the classes under one prefix (GPT and ViT) has none here."""
+    found: dict[str, list] = {}
+    for prefix, classes in (
+        ("optim", (OptimConfig,)),
+        ("data", (TextDataConfig, ImageDataConfig)),
+        ("model", (GPTConfig, ViTConfig)),
+        ("placement", (PlacementConfig,)),
+        ("norm", (NormConfig,)),
+        ("divergence", (DivergenceConfig,)),
+    ):
+        for cls in classes:
+            for f in dataclasses.fields(cls):
+                if f.default is not dataclasses.MISSING:
+                    value = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    value = f.default_factory()
+                else:
+                    continue
+                if dataclasses.is_dataclass(value):
+                    continue  # a group of its own (placement, norm), under its own prefix
+                found.setdefault(f"{prefix}.{f.name}", []).append(json.loads(json.dumps(value)))
+    defaults = {k: v[0] for k, v in found.items() if all(x == v[0] for x in v)}
+    defaults["kernels.fused"] = True
+    # Keys whose default changed when they were added: a record without the key ran the old
+    # behaviour, so it compares at that (ReZero had one gate per sub-layer before placement.gates).
+    defaults.update(RAN_BEFORE_KEY)
+    return defaults
+
+
+RAN_BEFORE_KEY = {"placement.gates": "sublayer"}

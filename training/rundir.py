@@ -65,7 +65,7 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key: old -> new`` for each key whose value differs. A key the older record lacks (added
     by an upgrade) compares at its field's default, or not at all when no typed field has one;
     a key this version lacks (removed, or recorded only after the build) is not compared."""
-    from training.config import record_defaults
+    from training.run_config import record_defaults
 
     defaults, changes = record_defaults(), []
     for k in sorted(set(new)):

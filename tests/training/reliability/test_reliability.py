@@ -367,7 +367,7 @@ def test_bad_input_on_the_command_line_prints_one_line(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: model.n_embd=128 is not divisible by model.n_head=5")
-    assert json.loads((tmp_path / "b" / "summary.json").read_text())["status"] == "failed"
+    assert not (tmp_path / "b" / "summary.json").exists()  # refused before the run dir opens
     print(f"unknown name: {name_s:.1f} s, bad value: {value_s:.1f} s (interpreter and imports)")
 
 
