@@ -169,9 +169,11 @@ def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]
 def on_common_grid(entries: list[dict[str, Any]]) -> None:
     """Each entry's LR sensitivity over the rates every variant ran (``sensitivity_lrs``): a
     variant with extra rates (a widened grid) is compared over the same ones as the rest; None
-    when fewer than two rates are common."""
+    when fewer than two rates are common. An arm run at one rate only (an experiment's extra
+    arm, e.g. the ViT's V3 arm) has no curve: it gets None and leaves the others' grid alone."""
     drawn = [e for e in entries if e["lrs"]]
-    common = set.intersection(*(set(e["lrs"]) for e in drawn)) if drawn else set()
+    curves = [e for e in drawn if len(e["lrs"]) > 1]
+    common = set.intersection(*(set(e["lrs"]) for e in curves)) if curves else set()
     for e in drawn:
         curve = {p["lr"]: p["loss"] for p in e["points"] if p["lr"] in common}
         e["sensitivity_lrs"] = sorted(common)
@@ -244,6 +246,8 @@ def plot(
         edge = ", best at the grid's edge" if e["edge"] else ""
         if e.get("did_not_train"):
             tag = f"{e['label']} (DID NOT TRAIN: on the plateau at every lr)"
+        elif e["lr_sensitivity"] is None:
+            tag = f"{e['label']} (no sensitivity: {len(e['lrs'])} rate(s) on the common grid)"
         else:
             tag = f"{e['label']} (sensitivity {e['lr_sensitivity']:.3f}{edge})"
         faint = 0.45 if e.get("did_not_train") else 1.0

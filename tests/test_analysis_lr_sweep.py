@@ -134,3 +134,8 @@ def test_sensitivity_is_taken_over_the_rates_every_variant_ran() -> None:
     alone = entry({1e-1: 2.0, 3e-1: 2.5})
     lr_sweep.on_common_grid([a, alone])  # no two rates in common: no sensitivity
     assert a["lr_sensitivity"] is None and lr_sweep.sensitivity_text(a) == "–"
+    # an arm run at one rate only (the ViT's V3 arm) has no curve and leaves the grid alone
+    one_rate = entry({3e-3: 1.7})
+    lr_sweep.on_common_grid([a, widened, one_rate])
+    assert one_rate["lr_sensitivity"] is None
+    assert a["lr_sensitivity"] == pytest.approx((0.2 + 0 + 0.4 + 1.2) / 4)

@@ -76,7 +76,7 @@ def test_seeds_needed_clears_the_margin_at_that_many_seeds() -> None:
 
 def test_the_verdict_table_shows_each_effect_with_its_interval_and_margin() -> None:
     from analysis.findings import evaluate
-    from scripts.reproduce_verdicts import effects, verdict_markdown
+    from experiments.verdicts import effects, verdict_markdown
     from tests.reports import row
 
     rows = [row([3.0, 3.1], placement="post", lr=1e-3, warmup_steps=0)]

@@ -11,7 +11,8 @@ import pytest
 
 from analysis.findings import evaluate
 from analysis.findings.common import confirm_at
-from scripts import reproduce, reproduce_sweep
+from experiments import reproduce
+from experiments import sweep as reproduce_sweep
 from tests.reports import row
 
 FRESH = [100, 101, 102, 103, 104]

@@ -1,7 +1,7 @@
 """The house rules of the tree: no import cycles anywhere, and dependencies point one way,
-scripts -> analysis -> training's run-dir contract, scripts -> training -> (models, data);
-models/ imports only torch and itself; the analysis never loads torch or Lightning; a run dir's
-file names are spelled only in training/runfiles.py."""
+scripts -> experiments -> analysis -> training's run-dir contract, scripts -> training ->
+(models, data); models/ imports only torch and itself; neither the analysis nor the experiments
+load torch or Lightning; a run dir's file names are spelled only in training/runfiles.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from tests.conftest import ROOT
 from tests.helpers import find_cycle
 
-PACKAGES = ("models", "data", "training", "analysis", "scripts")
+PACKAGES = ("models", "data", "training", "analysis", "experiments", "scripts")
 
 
 def module_name(path) -> str:
@@ -51,6 +51,7 @@ def test_dependencies_point_one_way():
         "data": {"data"},
         "training": {"training", "models", "data"},
         "analysis": {"analysis", "training"},
+        "experiments": {"experiments", "analysis", "training", "models"},
     }
     for module, deps in project_imports().items():
         package = module.split(".")[0]
@@ -69,10 +70,11 @@ def test_models_import_only_torch_and_the_standard_library():
         assert roots <= {"torch"} | stdlib, f"{module} imports {roots - stdlib - {'torch'}}"
 
 
-def test_the_analysis_loads_neither_torch_nor_lightning():
+def test_the_analysis_and_the_experiments_load_neither_torch_nor_lightning():
     """analysis/ reads run dirs through the torch-free contract (training/record.py,
-    training/runfiles.py): a report or a verdict never waits on torch's import."""
-    modules = sorted(m for m in project_imports() if m.split(".")[0] == "analysis")
+    training/runfiles.py), and experiments/ launches train.py in a subprocess: a report, a
+    verdict or a sweep's estimate never waits on torch's import."""
+    modules = sorted(m for m in project_imports() if m.split(".")[0] in ("analysis", "experiments"))
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
@@ -106,7 +108,11 @@ def string_constants(tree: ast.AST) -> list[ast.Constant]:
 
 def test_run_dir_file_names_are_spelled_only_by_their_owner():
     # data/ names its token cache's own files (a cache entry is not a run dir)
-    rooms = [p for pkg in ("training", "analysis", "scripts") for p in (ROOT / pkg).rglob("*.py")]
+    rooms = [
+        p
+        for pkg in ("training", "analysis", "experiments", "scripts")
+        for p in (ROOT / pkg).rglob("*.py")
+    ]
     found = []
     for path in [*rooms, ROOT / "train.py"]:
         if path.relative_to(ROOT).as_posix() == OWNER:

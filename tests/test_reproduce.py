@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from analysis.findings import FINDINGS
+from experiments import reproduce
+from experiments import sweep as reproduce_sweep
+from experiments import verdicts as reproduce_verdicts
 from models.placement import PLACEMENTS
-from scripts import reproduce, reproduce_sweep, reproduce_verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

@@ -71,7 +71,7 @@ def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from scripts import reproduce_sweep
+    from experiments import sweep as reproduce_sweep
     from training.sweep import grid
 
     for path in sorted((Path(ROOT) / "conf" / "experiment").glob("*.yaml")):

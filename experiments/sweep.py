@@ -1,6 +1,6 @@
 """The sweep behind a finding: its jobs as Hydra composes them, their runs on disk, the time
 they will take, and the launch (``train.py -m`` in a subprocess, with a progress line per run).
-scripts/reproduce.py drives it."""
+experiments/reproduce.py drives it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from training import runfiles
 from training.launch import die_with_parent, job_dir
 from training.record import Outcome, Status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the checkout
 console = Console(soft_wrap=True)  # log files keep one line per message
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from analysis.findings import FINDINGS, Verdict
 from analysis.findings.common import SIDE_TEXT
 from analysis.runs import FINISHED
-from scripts.reproduce_sweep import console
+from experiments.sweep import console
 
 
 # --- verdicts ------------------------------------------------------------------------------------

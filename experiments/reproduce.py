@@ -1,0 +1,368 @@
+"""The reproduce command's flow (scripts/reproduce.py is its entry point): plan a finding's
+sweep, claim its dir, launch it (then the confirming seeds), compare the runs, decide the
+claims, write and publish the verdicts, and time it all; ``all`` runs every finding in turn."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate
+from analysis.findings.common import confirm_at
+from analysis.report import compare, table_cells, xy_figure
+from analysis.runs import FINISHED
+from analysis.wandb_report import log_report
+from experiments.sweep import (
+    ESTIMATE,
+    ROOT,
+    all_finished,
+    compose,
+    console,
+    estimate_s,
+    job_dirs,
+    launch_overrides,
+    run_states,
+    run_sweep,
+    settings_of,
+    sweep_jobs,
+    swept_values,
+)
+from experiments.verdicts import (
+    cpu_seconds,
+    finite_load,
+    fmt,
+    publish,
+    show,
+    verdict_stem,
+    write_verdicts,
+)
+from training import runfiles
+from training.record import Outcome, Status
+
+SIZES = ("cpu", "gpu")
+SWEEPS = ROOT / "multirun" / "reproduce"  # each finding's sweep dir, by default
+TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
+
+
+# --- entry ---------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES, "all"]))
+    p.add_argument("--size", choices=SIZES, default="cpu")
+    p.add_argument(
+        "--out", type=Path, default=None, help="sweep dir (default multirun/reproduce/<experiment>)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="show the sweep and the claims; run nothing"
+    )
+    p.add_argument(
+        "--publish", type=Path, default=None, help="copy verdict, report and key plots here"
+    )
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
+    return p.parse_intermixed_args(argv)
+
+
+@dataclass
+class Sweep:
+    """One finding's sweep: its composed config, its launches' jobs and their run dirs."""
+
+    name: str
+    finding: Finding
+    experiment: str
+    out: Path
+    cfg: Any
+    launches: list[tuple[list[str], list[list[str]]]]  # (overrides, jobs) per launch
+    command: str
+
+    @property
+    def jobs(self) -> list[list[str]]:
+        return [job for _, jobs in self.launches for job in jobs]
+
+    @property
+    def dirs(self) -> list[str]:
+        return job_dirs(self.cfg, self.jobs)
+
+
+def plan(args: argparse.Namespace) -> Sweep:
+    """The sweep the command names; a bad override or config raises (one line in main)."""
+    name = ALIASES.get(args.finding, args.finding)
+    finding = FINDINGS[name]
+    experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
+    out = (args.out or SWEEPS / experiment).resolve()
+    cfg = compose(experiment, args.overrides)
+    launches = [(o, sweep_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
+    command = " ".join(
+        ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
+    )
+    return Sweep(name, finding, experiment, out, cfg, launches, command)
+
+
+def launch(sweep: Sweep) -> int:
+    """Launch what is left of the sweep (each launch whose runs have not all finished)."""
+    code = 0
+    for overrides, jobs in sweep.launches:
+        dirs = job_dirs(sweep.cfg, jobs)
+        if not all_finished(sweep.out, dirs):
+            kind = sweep.finding.kind
+            code = max(code, run_sweep(sweep.experiment, jobs, dirs, sweep.out, overrides, kind))
+    return code
+
+
+OWNER = ".reproduce.json"  # <sweep dir>/.reproduce.json: the experiment and overrides it holds
+
+
+def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: bool) -> str | None:
+    """Why this command may not use ``out`` (None: it may): a sweep dir records the experiment
+    and overrides that made it, and another finding's or another setting's sweep is refused,
+    so its runs are never pooled into these verdicts nor its verdicts replaced. A dir from
+    before the record is adopted (one line says so)."""
+    path, wanted = out / OWNER, {"experiment": experiment, "overrides": sorted(overrides)}
+    try:
+        owner = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        owner = None
+    if isinstance(owner, dict) and {k: owner.get(k) for k in wanted} != wanted:
+        made = " ".join([f"experiment={owner.get('experiment')}", *(owner.get("overrides") or [])])
+        return (
+            f"{out} holds the sweep of {made}, not of experiment={experiment} "
+            f"{' '.join(overrides)}; pick another --out, or rerun with that experiment's overrides"
+        )
+    if dry_run or owner is not None:
+        return None
+    if out.is_dir() and any(out.glob(f"*/{runfiles.SUMMARY}")):
+        console.print(f"  {out}: recording experiment={experiment} as its sweep", markup=False)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wanted) + "\n")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.finding == "all":
+        return reproduce_all(args)
+    try:
+        sweep = plan(args)
+        jobs, dirs, out = sweep.jobs, sweep.dirs, sweep.out
+    except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
+        console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
+        return 1
+    if problem := claim_sweep_dir(out, sweep.experiment, args.overrides, args.dry_run):
+        console.print(f"error: {problem}", markup=False)
+        return 1
+    console.print(
+        f"[bold]{sweep.finding.title}[/] — experiment={sweep.experiment}, {len(jobs)} runs -> {out}"
+    )
+    finished_before = all_finished(out, dirs)
+    if not finished_before:  # the runs left to train: a resumed or widened sweep skips the rest
+        states = run_states(out, dirs)
+        left = [j for k, j in enumerate(jobs) if states.get(k, ("",))[0] not in FINISHED]
+        minutes = estimate_s(sweep.cfg, left, sweep.finding.kind) / 60
+        console.print(f"  estimate: ~{minutes:.1f} min for {len(left)} runs {ESTIMATE}")
+    if args.dry_run:
+        for k, job in enumerate(dirs):
+            console.print(f"  #{k}: {job}", markup=False)
+        for claim in sweep.finding.claims:
+            console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
+        return 0
+    clock = Clock()
+    found = [out / f"{verdict_stem(sweep.name)}.json", out / "verdict.json"]
+    earlier = next((json.loads(p.read_text()) for p in found if p.is_file()), None)
+    if finished_before:
+        console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
+        sweep.command = earlier.get("command", sweep.command) if earlier else sweep.command
+        code, timing = 0, earlier  # the sweep's time and the command(s) that ran it
+    else:
+        code, timing = launch(sweep), None
+    if confirming := confirm_launches(sweep, args.overrides, code):
+        sweep.launches += confirming
+        jobs, dirs = sweep.jobs, sweep.dirs
+        if not all_finished(out, dirs):
+            n = sum(len(j) for _, j in confirming)
+            console.print(f"  confirming each variant's best lr on fresh seeds: {n} runs")
+            code = max(code, launch(sweep))
+            finished_before = False  # this command trained: its time joins the record
+    ended = [
+        s
+        for s, _ in run_states(out, dirs).values()
+        if s not in (Status.RUNNING, Outcome.UNFINISHED)
+    ]
+    if code != 0 and len(ended) < len(jobs):
+        console.print(
+            f"error: the sweep stopped (exit {code}) before every run ended; "
+            f"see {out / 'sweep.log'}"
+        )
+        return 1
+    if earlier and not finished_before:
+        timing = extended(earlier, clock.wall(), clock.cpu(), sweep.command)
+        sweep.command = timing["command"]  # the earlier launches' commands, then this one
+    return judge(sweep, args, code, clock, timing)
+
+
+def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tuple]:
+    """Select, then confirm (``reproduce.confirm``): once every grid run has finished, one launch
+    per variant at its best lr chosen on the grid's seeds, over the fresh ``seeds``; none while
+    the grid is unfinished or when the experiment confirms nothing."""
+    confirm = settings_of(sweep.cfg).get("confirm")
+    if not confirm or code != 0 or not all_finished(sweep.out, sweep.dirs):
+        return []
+    grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
+    seeds = "seed=" + ",".join(map(str, confirm["seeds"]))
+    out = []
+    report = compare(sweep.out, plots=False)
+    baseline = settings_of(sweep.cfg).get("baseline")
+    for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"], baseline):
+        lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
+        fixed = [  # a param the report does not vary (None) is left to the experiment
+            f"{key}={chosen[param]}"
+            for param, key in confirm["by"].items()
+            if chosen[param] is not None
+        ]
+        these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
+        out.append((these, sweep_jobs(sweep.cfg, these)))
+    return out
+
+
+def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timing) -> int:
+    """Compare the runs, decide the claims, write (and publish) the verdicts."""
+    out, name = sweep.out, sweep.name
+    report = compare(out)
+    if report["wandb"]:  # the runs logged to wandb: the report joins their group
+        console.print(log_report(report, out / "report", table_cells(report)))
+    for figure in sweep.finding.figures:
+        xy_figure(out, figure.x, list(figure.ys), name=figure.name)
+    for draw in sweep.finding.draws:
+        draw(out)
+    cfg = sweep.cfg
+    settings = {
+        **settings_of(cfg),
+        "max_steps": cfg.trainer.max_steps,
+        "lr": cfg.optim.lr,
+        "warmup_steps": cfg.optim.warmup_steps,
+    }
+    verdicts = evaluate(name, report, settings)
+    runs = [r for v in report["variants"] for r in v["runs"]]
+    statuses = sorted({r["status"] for r in runs})
+    record = {
+        "finding": name,
+        "title": sweep.finding.title,
+        "experiment": sweep.experiment,
+        "size": args.size,
+        "kind": sweep.finding.kind,
+        "command": sweep.command,
+        "sweep_dir": str(out),
+        "sweep_returncode": code,
+        "n_runs": len(runs) or len(sweep.jobs),
+        "run_status": {s: sum(r["status"] == s for r in runs) for s in statuses},
+        **clock.times(),
+        **{k: timing[k] for k in TIMING if timing and k in timing},
+        "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
+        "claims": [v.to_dict() for v in verdicts],
+    }
+    write_verdicts(out, record)
+    show(verdicts)
+    if args.publish:
+        publish(out, args.publish, sweep.experiment, sweep.finding.plots, verdict_stem(name))
+    where = out / f"{verdict_stem(name)}.md"
+    console.print(f"verdicts: {where}; report: {out / 'report' / 'report.md'}")
+    return exit_status(runs, code, out)
+
+
+class Clock:
+    """This command's wall and CPU time (its sweep's jobs included) and the machine's load."""
+
+    def __init__(self) -> None:
+        self.load_start, self.start, self.cpu_start = (
+            finite_load(),
+            time.perf_counter(),
+            cpu_seconds(),
+        )
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.start
+
+    def cpu(self) -> float:
+        return cpu_seconds() - self.cpu_start
+
+    def times(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall(), 1),
+            "cpu_s": round(self.cpu(), 1),
+            "cpus": os.cpu_count(),
+            "load_start": self.load_start,
+            "load_end": finite_load(),
+        }
+
+
+def reproduce_all(args: argparse.Namespace) -> int:
+    """Every finding in turn (F13 after F6, whose sweep it reads), each as its own command would
+    run it; then one table of verdicts and times. --publish DIR publishes each into DIR/<id>."""
+    if args.out is not None:
+        raise SystemExit("error: reproduce.py all writes each sweep to its own dir; drop --out")
+    flags = ["--size", args.size, *(["--dry-run"] if args.dry_run else [])]
+    suffix = "_gpu" if args.size == "gpu" else ""
+    sweeps = {FINDINGS[n].experiment + suffix: FINDINGS[n].kind for n in FINDINGS}
+    total = 0.0
+    for experiment, kind in sweeps.items():
+        cfg = compose(experiment, args.overrides)
+        total += estimate_s(cfg, sweep_jobs(cfg, args.overrides), kind)
+    console.print(
+        f"[bold]{len(FINDINGS)} findings, {len(sweeps)} sweeps[/]: ~{total / 60:.0f} min {ESTIMATE}"
+    )
+    rows, code = [], 0
+    for name in FINDINGS:
+        publish_to = ["--publish", str(args.publish / name)] if args.publish else []
+        start = time.perf_counter()
+        code = max(code, main([name, *flags, *publish_to, *args.overrides]))
+        experiment = FINDINGS[name].experiment + suffix
+        record = SWEEPS / experiment / f"{verdict_stem(name)}.json"
+        if record.is_file() and not args.dry_run:
+            r = json.loads(record.read_text())
+            rows.append((name, fmt(r["counts"]), r["wall_s"], time.perf_counter() - start))
+    if rows:
+        table = Table("finding", "verdicts", "sweep wall (min)", "this command (min)")
+        for name, counts, sweep_s, spent in rows:
+            table.add_row(name, counts, f"{sweep_s / 60:.1f}", f"{spent / 60:.1f}")
+        total = sum(r[2] for r in rows) / 60
+        console.print(table)
+        console.print(f"sweeps' wall time in all: {total:.1f} min")
+    return code
+
+
+def extended(earlier: dict, wall: float, cpu: float, command: str) -> dict[str, Any]:
+    """A launch into a sweep dir that holds an earlier launch's record (a resumed or extended
+    sweep, e.g. a widened grid): the times add up, and a new command joins the earlier one."""
+    said = earlier["command"]
+    return {
+        "wall_s": round(earlier["wall_s"] + wall, 1),
+        "cpu_s": round(earlier["cpu_s"] + cpu, 1),
+        "load_start": earlier.get("load_start", math.nan),
+        "command": said if command in said else f"{said}; then {command}",
+        "launches": earlier.get("launches", 1) + 1,
+    }
+
+
+def exit_status(runs: list[dict], code: int, out: Path) -> int:
+    """1 when a run of the sweep neither completed nor diverged (its verdicts left it out)."""
+    failed = [r for r in runs if r["status"] not in FINISHED]
+    if failed or code != 0:
+        what = ", ".join(f"{Path(r['run_dir']).name} ({r['status']})" for r in failed)
+        console.print(
+            f"error: {len(failed)} of {len(runs)} runs did not finish ({what or f'exit {code}'}); "
+            f"verdicts use the completed and diverged runs only; see {out / 'sweep.log'}",
+            markup=False,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
