@@ -41,15 +41,20 @@ from training.run_config import check_config
 from training.sweep import for_the_sweeper, job_outcome
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from lightning.pytorch.callbacks import Callback
+
     from training.rundir import RunDir
 
 # torch, Lightning and the harness that needs them load when a run starts, not before: --help,
 # shell completion and a bad command line answer in a fraction of a second.
 
 
-def attempt(cfg: DictConfig) -> RunDir:
+def attempt(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> RunDir:
     """Skip the run ``cfg`` describes when its dir holds a finished one, else resume or start
-    it; the run dir holds its record (summary.json), written whatever happens."""
+    it; the run dir holds its record (summary.json), written whatever happens. ``callbacks``:
+    Lightning callbacks added after the run's own (e.g. a benchmark's profiler)."""
     import lightning.pytorch as L
 
     from training.build import build
@@ -64,7 +69,7 @@ def attempt(cfg: DictConfig) -> RunDir:
         try:
             this.record.results["threads"] = set_threads(cfg.num_threads)
             L.seed_everything(cfg.seed, workers=True, verbose=False)
-            fitted = build(cfg, this)
+            fitted = build(cfg, this, callbacks)
             with launch_scope(this.run_dir):
                 fitted.fit()
         finally:
@@ -76,9 +81,9 @@ def attempt(cfg: DictConfig) -> RunDir:
     return this
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> dict:
     """Run as configured and return the summary (also in <run_dir>/summary.json)."""
-    return attempt(cfg).summary
+    return attempt(cfg, callbacks).summary
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -10,6 +10,7 @@ models/pretrained.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +158,9 @@ def allow_tf32(accelerator: str) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def build(cfg: DictConfig, attempt: RunDir) -> Fit:
-    """Everything the fit needs, checked before the first step (bad input: ConfigError)."""
+def build(cfg: DictConfig, attempt: RunDir, extra: Sequence[Callback] = ()) -> Fit:
+    """Everything the fit needs, checked before the first step (bad input: ConfigError);
+    ``extra``: Lightning callbacks a caller adds after the run's own (a benchmark's profiler)."""
     run_dir, plan = attempt.run_dir, attempt.plan
     try:  # a bad name or value fails here, before any training
         run = typed_config(cfg)  # every group checked, once
@@ -177,7 +179,7 @@ def build(cfg: DictConfig, attempt: RunDir) -> Fit:
         if plan.ckpt is not None:
             check_fits(plan.ckpt_path, plan.ckpt, task)
         wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
-        callbacks = build_callbacks(run, run_dir, attempt.settings)
+        callbacks = [*build_callbacks(run, run_dir, attempt.settings), *extra]
         loggers = build_loggers(cfg, run_dir, metrics_cut(plan.ckpt), wandb_id)
     except ConfigError:
         raise

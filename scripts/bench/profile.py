@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import resource
 import statistics
 import subprocess
@@ -33,9 +34,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig
 
@@ -111,59 +112,47 @@ def import_seconds(clock: str) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def profile_job(overrides: list[str], clock_name: str) -> tuple[dict[str, float], dict]:
-    """Run train.attempt on the composed config; seconds per category, and the summary."""
-    import train
-    import training.build
-    import training.loggers
+class ProfileHook(Callback):
+    """Given to train.run as an extra callback: at the first setup (the fit's; a run's final
+    validation sets up again) it installs the profiler on the trainer and times each logger's
+    writes under it; it marks when the first stage starts and the last ends, so the setup
+    before and the close after them are timed too."""
 
-    clock = CLOCKS[clock_name]
-    prof = ExclusiveClock(clock)
-    build_trainer = training.build.build_trainer
+    def __init__(self, prof: ExclusiveClock) -> None:
+        self.prof = prof
+        self.fit_start = self.fit_end = math.nan
 
-    def profiled_trainer(*args, **kwargs):
-        trainer = build_trainer(*args, **kwargs)
-        trainer.profiler = prof
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not math.isnan(self.fit_start):
+            return
+        self.fit_start = self.prof.clock()
+        trainer.profiler = self.prof
         for logger in trainer.loggers:
             kind = type(logger).__name__
-            logger.log_metrics = prof.wrap(f"logger.{kind}.log_metrics", logger.log_metrics)
-            logger.save = prof.wrap(f"logger.{kind}.save", logger.save)
-        return trainer
+            logger.log_metrics = self.prof.wrap(f"logger.{kind}.log_metrics", logger.log_metrics)
+            logger.save = self.prof.wrap(f"logger.{kind}.save", logger.save)
 
-    outside: dict[str, float] = defaultdict(float)
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self.fit_end = self.prof.clock()
 
-    def timed(name: str, fn: Callable) -> Callable:
-        def run(*args, **kwargs):
-            start = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                outside[name] += clock() - start
 
-        return run
+def profile_job(overrides: list[str], clock_name: str) -> tuple[dict[str, float], dict]:
+    """Run train.run on the composed config with a profiling callback; seconds per category,
+    and the summary."""
+    import train
 
+    clock = CLOCKS[clock_name]
+    hook = ProfileHook(ExclusiveClock(clock))
     cfg = compose_train_cfg(overrides)
-    with (
-        mock.patch.object(training.build, "build_trainer", profiled_trainer),
-        mock.patch.object(  # train.py imports these when a run starts: patch their modules
-            training.build,
-            "build",
-            timed("setup: data, model, loggers, trainer", training.build.build),
-        ),
-        mock.patch.object(
-            training.loggers,
-            "finish_wandb",
-            timed("close: wandb finish", training.loggers.finish_wandb),
-        ),
-    ):
-        start = clock()
-        summary = train.run(cfg)
-        total = clock() - start
+    start = clock()
+    summary = train.run(cfg, callbacks=[hook])
+    end = clock()
     seconds: dict[str, float] = defaultdict(float)
-    for action, s in prof.exclusive.items():
+    for action, s in hook.prof.exclusive.items():
         seconds[category(action)] += s
-    seconds.update(outside)
-    seconds["the rest (run dir, summary, result line)"] = total - sum(seconds.values())
+    seconds["setup: run dir, data, model, loggers, trainer"] = hook.fit_start - start
+    seconds["close: wandb finish, summary, result line"] = end - hook.fit_end
+    seconds["the rest (between the profiled actions)"] = (end - start) - sum(seconds.values())
     return dict(seconds), summary
 
 
