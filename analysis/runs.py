@@ -28,6 +28,7 @@ from training import record, runfiles
 from training.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
 from training.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
 from training.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
+from training.summary import metric_fields
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
 # once with the record train.py writes; a failed run (config error, crash) says nothing about
@@ -46,22 +47,16 @@ CANONICAL: dict[str, tuple[str, ...]] = {
 }
 # Config keys that name or place one run rather than describe a variant.
 PER_RUN_KEYS = {"seed", "name", "group", "run_dir", "ckpt_path"}
-# Result fields: summary.json first, else derived from metrics.csv as (metric, reduction).
+# Result fields, in the report's column order: summary.json first, else derived from
+# metrics.csv as (metric, reduction), each declared in training/summary.py.
 RESULTS: dict[str, tuple[str, str]] = {
-    "best_val_loss": ("val/loss", "min"),
-    "final_val_loss": ("val/loss", "last"),
-    "final_train_loss": ("train/loss", "last"),
-    "best_val_acc": ("val/acc", "max"),
-    "tokens_per_s": ("throughput/tokens_per_s", "mean"),
-    "samples_per_s": ("throughput/samples_per_s", "mean"),
+    name: metric_fields()[name]
+    for name in ("best_val_loss", "final_val_loss", "final_train_loss", "best_val_acc")
+    + ("tokens_per_s", "samples_per_s")
 }
 # Per-run scalars of the stability probes (training/probes/), read the same way; a metric name
 # with "*" pools every series it matches (e.g. every layer's).
-PROBE_RESULTS: dict[str, tuple[str, str]] = {
-    "loss_spikes": ("train/loss_spikes", "max"),
-    "final_sharpness": ("sharpness/hessian", "last"),
-    "min_attn_entropy": ("attn/entropy_min/layer_*", "min"),
-}
+PROBE_RESULTS: dict[str, tuple[str, str]] = metric_fields(probe=True)
 RESULTS.update(PROBE_RESULTS)
 RUN_FIELDS = ("status", "steps", "diverged_at_step", *RESULTS, "wall_s")
 SKIP_DIRS = runfiles.NOT_RUNS

@@ -33,27 +33,15 @@ from training.reliability.metrics_csv import ResumableCSVLogger
 from training.runfiles import CHECKPOINT
 from training.runfiles import wandb_group as group_rule
 from training.settings import is_operational
+from training.summary import wandb_fields
 
 LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
 SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
-# summary.json fields copied into the wandb run table.
-SUMMARY_FIELDS = (
-    "status",
-    "lr",  # the peak lr (the logged metric ends at the schedule's last value)
-    "diverged_at_step",
-    "best_val_loss",
-    "final_val_loss",
-    "best_val_acc",
-    "final_val_acc",
-    "best_val_bpb",
-    "final_val_bpb",
-    "steps",
-    "loss_spikes",
-    "did_not_train",  # why a completed run did not train, or null
-)
+# summary.json fields copied into the wandb run table (declared in training/summary.py).
+SUMMARY_FIELDS = wandb_fields()
 SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
 

@@ -38,6 +38,7 @@ from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_w
 from training.optim import OPTIMIZERS, OptimConfig
 from training.probes import ProbeConfig
 from training.specs import MODELS
+from training.summary import problems as summary_problems
 from training.task import LanguageModelTask
 
 CONF = ROOT / "conf"
@@ -221,6 +222,7 @@ def test_run_writes_the_run_dir(model, tmp_path):
     ]
     fields += ["best_val_acc", "samples_per_s"] if model == "vit" else ["tokens_per_s"]
     assert set(fields) <= set(summary)
+    assert summary_problems(on_disk) == []  # every field declared in training/summary.py
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert summary["diverged_at_step"] is None and summary["model"] == model
     assert math.isfinite(summary["final_val_loss"]) and summary["best_val_loss"] is not None
