@@ -1,7 +1,25 @@
-"""``python -m scripts.bench``: every benchmark section; exit 1 when one of them errored."""
+"""``python -m scripts.bench``: the one bench command. With no tool name: every benchmark section
+(cli.py; exit 1 when one of them errored). With one: that tool, its arguments after it.
 
+    python -m scripts.bench --only gpt,optimizer      # sections (cli.py)
+    python -m scripts.bench profile --ops 5           # where a train.py job's time goes
+    python -m scripts.bench threads --busy 0,2        # the thread default under load
+    python -m scripts.bench probe_set                 # the default probe set's cost
+    python -m scripts.bench data --mb 64              # data preparation: time and memory
+    python -m scripts.bench concurrent --jobs 1,4,8   # runs an hour, several at once on a GPU
+    python -m scripts.bench curves --out FIG.png      # val loss against steps and seconds
+"""
+
+import runpy
 import sys
 
-from scripts.bench.cli import main
+TOOLS = ("profile", "threads", "probe_set", "data", "concurrent", "curves")
 
-sys.exit(0 if main()["ok"] else 1)
+if len(sys.argv) > 1 and sys.argv[1] in TOOLS:
+    tool = sys.argv.pop(1)
+    sys.argv[0] = f"python -m scripts.bench {tool}"
+    runpy.run_module(f"scripts.bench.{tool}", run_name="__main__", alter_sys=True)
+else:
+    from scripts.bench.cli import main
+
+    sys.exit(0 if main()["ok"] else 1)

@@ -1,7 +1,7 @@
 """Several train.py runs at once on one machine (one GPU): how many small runs an hour it holds.
 
-    python -m scripts.bench.concurrent --jobs 1,4,8 --out sweep.json -- trainer=gpu logger=csv
-    python -m scripts.bench.concurrent --grid placement=post,pre,deepnorm \
+    python -m scripts.bench concurrent --jobs 1,4,8 --out sweep.json -- trainer=gpu logger=csv
+    python -m scripts.bench concurrent --grid placement=post,pre,deepnorm \
         --grid model.n_layer=6,24 --out f3.json -- trainer=gpu logger=csv
 
 ``--jobs K1,K2,...``: for each K, K copies of the same run (seeds 0..K-1) start together as
@@ -123,7 +123,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench.concurrent", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m scripts.bench concurrent", description=__doc__)
     p.add_argument("--jobs", default=None, help="comma list of run counts, e.g. 1,4,8")
     p.add_argument("--grid", action="append", default=[], help="key=v1,v2 (repeatable)")
     p.add_argument("--out", type=Path, required=True, help="JSON rows go here")

@@ -1,6 +1,6 @@
 """Validation loss of train.py runs against optimizer steps and against estimated seconds.
 
-    python -m scripts.bench.curves --out docs/figures/default_job.png --target 1.6 \\
+    python -m scripts.bench curves --out docs/figures/default_job.png --target 1.6 \\
         --run "old default=outputs/old-s0@0.476" --run "new default=outputs/new-s0@0.14"
 
 Each ``--run LABEL=RUN_DIR@SECONDS_PER_STEP`` reads ``RUN_DIR/metrics.csv``; runs that share a
@@ -75,7 +75,7 @@ def plot(runs: list[tuple[str, Path, float]], out: Path, startup: float, target:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench.curves", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m scripts.bench curves", description=__doc__)
     p.add_argument("--run", type=parse_run, action="append", required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--startup", type=float, default=0.0, help="seconds before the first step")

@@ -1,9 +1,9 @@
 """The data section of the benchmarks: a generated corpus of at least 500 MB, prepared once, read
 in windows; memory of a training run on it against the same run on pydocs.
 
-    python -m scripts.bench.data                      # 512 MB corpus in /tmp, BPE 8192, 2 procs
-    python -m scripts.bench.data --mb 64 --out data.json
-    python -m scripts.bench.data --only batches,memory  # reuse the last prepared cache
+    python -m scripts.bench data                      # 512 MB corpus in /tmp, BPE 8192, 2 procs
+    python -m scripts.bench data --mb 64 --out data.json
+    python -m scripts.bench data --only batches,memory  # reuse the last prepared cache
 
 Figures:
   prepare     wall seconds to tokenize the corpus into the token cache with ``--procs`` processes

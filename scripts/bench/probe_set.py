@@ -7,9 +7,9 @@ moved on). The step counter runs on across blocks, and a block is a multiple of 
 intervals, so every probe fires at its true rate. Reports the median time per step of each
 variant, their ratio, and each callback's own time per step (its hooks' time over all steps).
 
-    python -m scripts.bench.probe_set          # GPT 6 x 128, ctx 128, batch 32 (2026-11 default)
-    python -m scripts.bench.probe_set --probes grad_norm,act_norm --sharpness-every 100
-    python -m scripts.bench.probe_set --threads 1 --clock cpu   # steadier on a shared machine
+    python -m scripts.bench probe_set          # GPT 6 x 128, ctx 128, batch 32 (2026-11 default)
+    python -m scripts.bench probe_set --probes grad_norm,act_norm --sharpness-every 100
+    python -m scripts.bench probe_set --threads 1 --clock cpu   # steadier on a shared machine
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Where a train.py job's time goes: imports, setup, every part of the fit, and the close.
 
-    python -m scripts.bench.profile                          # the default job, 1 thread, CPU time
-    python -m scripts.bench.profile --threads 2 --clock wall # a quiet machine, all cores
-    python -m scripts.bench.profile --steps 100 model.n_layer=4   # any train.py overrides
+    python -m scripts.bench profile                          # the default job, 1 thread, CPU time
+    python -m scripts.bench profile --threads 2 --clock wall # a quiet machine, all cores
+    python -m scripts.bench profile --steps 100 model.n_layer=4   # any train.py overrides
 
 The job runs in this process as train.py runs it (train.attempt), with three additions that
 only watch: a Lightning profiler whose clock is `--clock` (cpu: this process's CPU time, which
@@ -12,7 +12,7 @@ time (minus the actions nested in it), so the categories add up to the whole fit
 are timed in a child process. A second pass, `--ops`, runs the job's model, data and AdamW in a
 plain loop under torch.profiler and lists forward, backward and optimizer, and the top aten ops.
 
-    python -m scripts.bench.profile --versus "model.qk_norm=false trainer.max_steps=600"
+    python -m scripts.bench profile --versus "model.qk_norm=false trainer.max_steps=600"
 
 `--versus` profiles nothing: it times the job's training step (model, data and AdamW as train.py
 builds them, no Lightning) against the same job with the given overrides, side by side in
@@ -250,7 +250,7 @@ def versus(ours: list[str], other: list[str], clock: str, rounds: int, steps: in
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench.profile", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m scripts.bench profile", description=__doc__)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", choices=tuple(CLOCKS), default=None, help="default: cpu at 1 thread")
     p.add_argument("--steps", type=int, default=None, help="trainer.max_steps (default: the job's)")

@@ -1,8 +1,8 @@
 """The default thread count, measured side by side: one train.py job at a given ``num_threads``,
 on a quiet machine and beside busy processes that hold some cores (a shared machine).
 
-    python -m scripts.bench.threads                      # 100 steps of the default job
-    python -m scripts.bench.threads --busy 0,2 --threads 1,2,auto --repeats 2
+    python -m scripts.bench threads                      # 100 steps of the default job
+    python -m scripts.bench threads --busy 0,2 --threads 1,2,auto --repeats 2
 
 Each setting is one train.py process (``auto`` = the default, num_threads=null); settings
 alternate within a repeat, so a drift in the machine's load reaches each alike. Busy processes
@@ -74,7 +74,7 @@ def measure(busy: list[int], threads: list[str], repeats: int, steps: int, extra
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench.threads", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m scripts.bench threads", description=__doc__)
     p.add_argument("--busy", default="0,2", help="comma list of busy cores beside the job")
     p.add_argument(
         "--threads", default="1,2,auto", help="comma list of num_threads (auto: default)"
