@@ -220,3 +220,14 @@ def test_profile_accounts_for_a_short_job(capsys):
     assert "model backward" in out and "3 steps" in out
     assert all(s >= -0.05 for s in seconds.values()), seconds  # exclusive times, no double count
     assert seconds["model forward (training)"] > 0 and seconds["model backward"] > 0
+
+
+def test_one_bench_command_runs_each_tool_by_name():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "scripts.bench", "threads", "--help"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.startswith("usage: python -m scripts.bench threads")
