@@ -6,8 +6,12 @@ type in one line, the dataclasses check ranges), before any data is prepared or 
 build reads this tree only; the composed config itself travels on for what takes it whole (the
 loggers record it, Lightning takes the trainer node's keys as its arguments, ``callbacks.*`` are
 instantiated from it). Root keys are checked earlier, when the run dir opens
-(``check_top_level``), and the command line before Hydra composes (training/launch.py), so that
-a typo answers before torch is imported.
+(``check_top_level``), and the command line before Hydra composes (training/launch.py).
+
+Torch-free, as is every dataclass it reads into (models/config.py, data/config.py,
+training/optim_config.py, training/probe_config.py, the sections below): ``check_config`` runs
+all of it before torch is imported (train.py, the sweep's grid check), so a bad key or value
+answers as fast as a typo. ``record_defaults``: what an older run record lacks.
 """
 
 from __future__ import annotations
