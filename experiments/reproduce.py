@@ -55,7 +55,11 @@ TIMING = ("wall_s", "cpu_s", "cpus", "load_start", "load_end", "launches")
 
 # --- entry ---------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="scripts/reproduce.py",
+        description="One command per finding: run its sweep, compare the runs, decide each "
+        "published claim.",
+    )
     p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES, "all"]))
     p.add_argument("--size", choices=SIZES, default="cpu")
     p.add_argument(
