@@ -37,7 +37,7 @@ from omegaconf import DictConfig
 from training.errors import Interrupted, in_multirun, one_line_errors
 from training.launch import launch_scope, preflight
 from training.record import Status, result_line
-from training.run_config import check_config
+from training.run_config import RunConfig, check_config, typed_config
 from training.sweep import for_the_sweeper, job_outcome
 
 if TYPE_CHECKING:
@@ -51,10 +51,14 @@ if TYPE_CHECKING:
 # shell completion and a bad command line answer in a fraction of a second.
 
 
-def attempt(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> RunDir:
+def attempt(
+    cfg: DictConfig, callbacks: Sequence[Callback] = (), run: RunConfig | None = None
+) -> RunDir:
     """Skip the run ``cfg`` describes when its dir holds a finished one, else resume or start
     it; the run dir holds its record (summary.json), written whatever happens. ``callbacks``:
-    Lightning callbacks added after the run's own (e.g. a benchmark's profiler)."""
+    Lightning callbacks added after the run's own (e.g. a benchmark's profiler); ``run``: the
+    typed tree of ``cfg`` when the caller checked it already (else read here, where a sweep
+    job records a bad value as its failure)."""
     import lightning.pytorch as L
 
     from training.build import build
@@ -69,7 +73,7 @@ def attempt(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> RunDir:
         try:
             this.record.results["threads"] = set_threads(cfg.num_threads)
             L.seed_everything(cfg.seed, workers=True, verbose=False)
-            fitted = build(cfg, this, callbacks)
+            fitted = build(run or typed_config(cfg), this, callbacks)
             with launch_scope(this.run_dir):
                 fitted.fit()
         finally:
@@ -90,9 +94,10 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> dict:
 @for_the_sweeper
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
-    if not in_multirun():  # a sweep checks its grid once (training/sweep.py), each job records
-        check_config(cfg)  # torch-free: a bad key or value is refused before torch loads
-    this = attempt(cfg)
+    # torch-free: a bad key or value is refused before torch loads. A sweep checks its grid
+    # once (training/sweep.py) and each job records its own failure.
+    run = None if in_multirun() else check_config(cfg)
+    this = attempt(cfg, run=run)
     return job_outcome(this.summary, skipped=this.finished is not None)
 
 

@@ -112,14 +112,15 @@ def test_a_plain_trainer_validates_with_the_documented_arguments(tmp_path):
 
 def test_wandb_groups_by_sweep_and_job_type_drops_the_seed(compose_cfg, tmp_path):
     over = ["seed=3", "model.n_layer=6", "logger=wandb", "group=study-a", f"run_dir={tmp_path}"]
-    cfg = compose_cfg(over)
-    assert job_type(cfg) == "gpt-pre-layernorm-L6-lr0.005"
-    (wandb,) = build_loggers(cfg, tmp_path)
+    run = typed_config(compose_cfg(over))
+    assert job_type(run) == "gpt-pre-layernorm-L6-lr0.005"
+    (wandb,), logged = build_loggers(run, tmp_path)
+    assert logged == {"wandb_group": "study-a"}  # what the run's record holds
     init = wandb._wandb_init
     assert init["group"] == "study-a" and init["job_type"] == "gpt-pre-layernorm-L6-lr0.005"
     assert init["name"] == "gpt-pre-layernorm-L6-lr0.005-s3" and "L6" in init["tags"]
     assert init["project"] == "normlab"  # the default study; study=<name> picks another
-    (wandb,) = build_loggers(compose_cfg([*over, "study=depth-2026"]), tmp_path)
+    (wandb,), _ = build_loggers(typed_config(compose_cfg([*over, "study=depth-2026"])), tmp_path)
     assert wandb._wandb_init["project"] == "depth-2026"
 
 
@@ -133,11 +134,11 @@ def test_job_type_holds_every_setting_the_name_leaves_out(compose_cfg):
     for warmup in (10, 20):
         for seed in (0, 1):
             over = [*sweep, f"optim.warmup_steps={warmup}", f"seed={seed}"]
-            types[warmup, seed] = job_type(compose_cfg(over), over)
+            types[warmup, seed] = job_type(typed_config(compose_cfg(over)), over)
     assert types[10, 0] == types[10, 1] != types[20, 0] == types[20, 1]
     assert types[10, 0] == "gpt-post-layernorm-L2-lr0.005 warmup_steps=10"
     long = [f"+model.x{i}=1" for i in range(20)]
-    assert len(job_type(compose_cfg([]), long)) <= JOB_TYPE_MAX
+    assert len(job_type(typed_config(compose_cfg([])), long)) <= JOB_TYPE_MAX
 
 
 def test_a_long_job_type_keeps_whole_readable_keys_and_still_tells_settings_apart(compose_cfg):
@@ -149,12 +150,13 @@ def test_a_long_job_type_keeps_whole_readable_keys_and_still_tells_settings_apar
     base = ["optim.warmup_steps=10", "trainer.max_steps=400", "optim.min_lr_ratio=1.0e-01"]
     tails = (["data.batch_size=16", "trainer.gradient_clip_val=1.0"],
              ["data.batch_size=16", "trainer.gradient_clip_val=0.5"])  # fmt: skip
-    made = [job_type(compose_cfg([]), [*base, *tail]) for tail in tails]
+    run = typed_config(compose_cfg([]))
+    made = [job_type(run, [*base, *tail]) for tail in tails]
     assert made[0] != made[1] and all(len(t) <= JOB_TYPE_MAX for t in made)
     # sorted overrides, shortened: batch_size=16 fits; the other four are the digest's
     assert made[0].startswith("gpt-pre-layernorm-L2-lr0.005 batch_size=16 +4#")
     assert made[1].startswith("gpt-pre-layernorm-L2-lr0.005 batch_size=16 +4#")
-    short = job_type(compose_cfg([]), ["optim.min_lr_ratio=1.0e-01", "trainer.max_steps=400"])
+    short = job_type(run, ["optim.min_lr_ratio=1.0e-01", "trainer.max_steps=400"])
     assert short == "gpt-pre-layernorm-L2-lr0.005 min_lr_ratio=0.1 max_steps=400"
 
 
@@ -170,17 +172,17 @@ def test_callbacks_from_target_entries(compose_cfg, tmp_path):
 
 @pytest.mark.skipif(not importlib.util.find_spec("tensorboard"), reason="extra not installed")
 def test_tensorboard_logger_from_its_config(compose_cfg, tmp_path):
-    (tb,) = build_loggers(compose_cfg(["logger=tensorboard"]), tmp_path)
+    (tb,), _ = build_loggers(typed_config(compose_cfg(["logger=tensorboard"])), tmp_path)
     tb.log_metrics({"train/loss": 1.0}, step=0)
     tb.save()
     assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
 
 
-def test_an_unknown_logger_names_the_fix(compose_cfg, tmp_path):
+def test_an_unknown_logger_names_the_fix(compose_cfg):
     cfg = compose_cfg([])
     cfg.logger = OmegaConf.create({"nope": {"x": 1}})
-    with pytest.raises(ValueError, match=r"unknown logger 'nope'.*_target_"):
-        build_loggers(cfg, tmp_path)
+    with pytest.raises(ConfigError, match=r"unknown logger 'nope'.*_target_"):
+        typed_config(cfg)  # torch-free, before any run dir opens
 
 
 def test_the_wandb_sweep_command_lines_compose(compose_cfg):
@@ -209,7 +211,7 @@ def test_parallel_sweep_jobs_print_lines_prefixed_by_their_variant(capsys):
 
     import torch as t
 
-    from training.console import StepLines
+    from training.reliability.progress import StepLines
     from training.threads import parallel_sweep
 
     assert not parallel_sweep()  # outside a Hydra multirun: the rich bar

@@ -1,11 +1,11 @@
 """Compose a run from the config: data, model, task, callbacks, loggers, trainer, as a ``Fit``.
 
-The composed config is first read into its typed tree (training/run_config.py: every group in
-its dataclass, the model kind's spec from training/specs.py), so an unknown key, name or value
-fails before any training with one clear line; everything here reads that tree. What this
-composes lives elsewhere: the fit and the record's results in training/fit.py, what a run
-prints in training/console.py, its thread count in training/threads.py, the GPT-2 init rule in
-models/pretrained.py.
+Everything here reads the run's typed tree (training/run_config.py: every group in its
+dataclass, the model kind's spec from training/specs.py), checked before the run dir opened or,
+in a sweep job, as the attempt began. What this composes lives elsewhere: the fit and the
+record's results in training/fit.py, what a run prints in training/console.py, its progress in
+training/reliability/progress.py, the checks against a checkpoint it continues in
+training/rundir.py (``RunDir.admit``), the GPT-2 architecture rule in models/pretrained.py.
 """
 
 from __future__ import annotations
@@ -17,26 +17,23 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig
 from torch import nn
 
 from models import pretrained
 from models.gpt import GPT
-from training.config import gpu_accelerator
-from training.console import StepLines, header_line
+from training.console import header_line
 from training.divergence import Divergence
 from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes import probe_callbacks
-from training.reliability.checkpoints import AtomicCheckpointIO, check_fits, metrics_cut
-from training.reliability.progress import StepProgressBar
+from training.reliability.checkpoints import AtomicCheckpointIO, metrics_cut
+from training.reliability.progress import StepProgressBar, step_progress
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
-from training.run_config import RunConfig, typed_config
+from training.run_config import RunConfig
 from training.rundir import RunDir
 from training.runfiles import CHECKPOINT, VOCAB
-from training.threads import parallel_sweep
 
 
 def build_data(run: RunConfig) -> L.LightningDataModule:
@@ -105,10 +102,8 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
     (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
     callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
-    if run.trainer.get("enable_progress_bar", True) and parallel_sweep():
-        callbacks.append(StepLines(run.name, run.max_steps // 10))
-    elif run.trainer.get("enable_progress_bar", True):
-        callbacks.append(StepProgressBar(leave=True))
+    if run.trainer.get("enable_progress_bar", True):
+        callbacks.append(step_progress(run.name, run.max_steps))
     callbacks.append(WandbMetrics())
     callbacks += probe_callbacks(run.probes)
     callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient
@@ -120,9 +115,10 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     return callbacks + [instantiate_callback(k, v) for k, v in user.items()]
 
 
-def instantiate_callback(key: str, node: DictConfig) -> Callback:
+def instantiate_callback(key: str, node: Any) -> Callback:
     """A user's Lightning callback from its ``_target_`` entry (``callbacks.<key>``)."""
     from hydra.utils import instantiate
+    from omegaconf import DictConfig
 
     if not isinstance(node, DictConfig) or "_target_" not in node:
         raise ConfigError(f"callbacks.{key} needs a _target_: callbacks.{key}._target_=<class>")
@@ -151,49 +147,45 @@ def build_trainer(run: RunConfig, run_dir: Path, loggers: list, callbacks: list)
         raise ConfigError(f"trainer: {err}; keys under trainer are lightning.Trainer args") from err
 
 
-def allow_tf32(accelerator: str) -> None:
+def allow_tf32(on_gpu: bool) -> None:
     """TF32 for the fp32 matmuls and convolutions left outside autocast, on GPUs only."""
-    if gpu_accelerator(accelerator):
+    if on_gpu:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
 
-def build(cfg: DictConfig, attempt: RunDir, extra: Sequence[Callback] = ()) -> Fit:
-    """Everything the fit needs, checked before the first step (bad input: ConfigError);
-    ``extra``: Lightning callbacks a caller adds after the run's own (a benchmark's profiler)."""
+def build(run: RunConfig, attempt: RunDir, extra: Sequence[Callback] = ()) -> Fit:
+    """Everything the fit of ``run`` (the typed config) needs, checked before the first step
+    (bad input: ConfigError); ``extra``: Lightning callbacks a caller adds after the run's own
+    (a benchmark's profiler)."""
     run_dir, plan = attempt.run_dir, attempt.plan
+    resuming = plan.ckpt is not None
     try:  # a bad name or value fails here, before any training
-        run = typed_config(cfg)  # every group checked, once
-        allow_tf32(run.accelerator)
+        allow_tf32(run.on_gpu)
         dm = build_data(run)
-        attempt.check_data(getattr(dm, "identity", None))
-        model = build_model(run, dm, resuming=plan.ckpt is not None)
+        model = build_model(run, dm, resuming)
+        inputs = {"data.identity": getattr(dm, "identity", None)}
         if run.init_from:  # the init checkpoint's content is part of what the run is
-            from models.pretrained import checkpoint_digest
-
-            digest = checkpoint_digest(str(run.init_from))
-            attempt.check_identity("model.init_from.sha256", digest, needed=plan.ckpt is None)
-        optim = run.optim
-        task = run.spec.task(model, optim, total_steps=run.max_steps, seed=run.seed)
+            inputs["model.init_from.sha256"] = pretrained.checkpoint_digest(str(run.init_from))
+        task = run.spec.task(model, run.optim, total_steps=run.max_steps, seed=run.seed)
         task.record = attempt.record  # the task and its callbacks report to the run's record
-        if plan.ckpt is not None:
-            check_fits(plan.ckpt_path, plan.ckpt, task)
-        wandb_id = wandb_run_id(run_dir) if plan.ckpt is not None else None
+        attempt.admit(task, inputs)
         callbacks = [*build_callbacks(run, run_dir, attempt.settings), *extra]
-        loggers = build_loggers(cfg, run_dir, metrics_cut(plan.ckpt), wandb_id)
+        wandb_id = wandb_run_id(run_dir) if resuming else None
+        loggers, logged = build_loggers(run, run_dir, metrics_cut(plan.ckpt), wandb_id)
     except ConfigError:
         raise
     except BUILD_ERRORS as err:
         raise ConfigError(str(err)) from err
-    resumed = None if plan.ckpt is None else int(plan.ckpt["global_step"])
-    attempt.record.results.update(
-        built_results(dm, model, optim.warmup_steps, resumed, loggers, cfg)
-    )
+    resumed = int(plan.ckpt["global_step"]) if resuming else None
+    built = built_results(dm, model, run.optim.warmup_steps, resumed)
+    attempt.record.results.update({**built, **logged})
     plan.ckpt = None  # Lightning reads the file itself; free the copy
     if hasattr(dm, "save_vocab") and launched_as_rank_zero():
         dm.save_vocab(run_dir / VOCAB)
+    trainer = build_trainer(run, run_dir, loggers, callbacks)
     if launched_as_rank_zero():
         print(header_line(run, model, task.unit, attempt.record.results), flush=True)
     if run.compile:
         model.compile(mode=run.compile)
-    return Fit(task, dm, build_trainer(run, run_dir, loggers, callbacks), plan.ckpt_path)
+    return Fit(task, dm, trainer, plan.ckpt_path)

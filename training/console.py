@@ -1,6 +1,6 @@
-"""What a run prints: the one header line before it trains, its progress (a bar, or plain lines
-in a parallel sweep), and nothing of the libraries' own chatter that a user cannot act on.
-The final line is training/record.result_line.
+"""What a run prints: the one header line before it trains, and nothing of the libraries' own
+chatter that a user cannot act on. Its progress is training/reliability/progress.py's, the
+final line training/record.result_line.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import logging
 import warnings
 
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 # The run dir already holds .hydra/ and vocab.json when the logger and checkpoint first look.
@@ -22,21 +21,6 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 # Lightning's info lines (GPU/TPU availability, tips, "fit stopped: max_steps reached"): the
 # header line and the final line say what a run is and how it ended.
 logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-
-
-class StepLines(Callback):
-    """Progress as plain lines prefixed by the variant, every tenth of the run: what parallel
-    sweep jobs print instead of progress bars, which would draw over each other."""
-
-    def __init__(self, name: str, every: int) -> None:
-        self.name, self.every = name, max(1, every)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        step = trainer.global_step
-        if trainer.is_global_zero and (step % self.every == 0 or step == trainer.max_steps):
-            loss = trainer.callback_metrics.get("train/loss")
-            text = "" if loss is None else f" train/loss={float(loss):.4f}"
-            print(f"[{self.name}] step {step}/{trainer.max_steps}{text}", flush=True)
 
 
 def params(n: int) -> str:

@@ -11,11 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
-from lightning.pytorch.loggers import WandbLogger
 from torch import nn
 
 from models.kernels import kernel_used
-from training.loggers import wandb_group
 from training.mfu import utilization
 from training.probes import probe_summary
 from training.record import RunRecord, Status, did_not_train
@@ -28,8 +26,6 @@ def built_results(
     model: nn.Module,
     warmup_steps: int,
     resumed_from: int | None,
-    loggers: list,
-    cfg: Any,
 ) -> dict[str, Any]:
     """What the record holds before the first step: the data's reference loss, the model's
     size, where a resume starts."""
@@ -44,8 +40,6 @@ def built_results(
     results.update(
         params=model.num_params(), resumed_from_step=resumed_from, warmup_steps=warmup_steps
     )
-    if any(isinstance(logger, WandbLogger) for logger in loggers):  # compare.py reads it back
-        results["wandb_group"] = wandb_group(cfg)
     return results
 
 

@@ -26,16 +26,16 @@ from urllib.parse import urlparse
 
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from data.hub import reachable
 from training.reliability.metrics_csv import ResumableCSVLogger
+from training.run_config import RunConfig
 from training.runfiles import CHECKPOINT
 from training.runfiles import wandb_group as group_rule
 from training.settings import is_operational
 from training.summary import wandb_fields
 
-LOGGERS = ("csv", "wandb")  # built here; any other entry needs a `_target_`
 WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
@@ -63,27 +63,27 @@ def hydra_context() -> tuple[str | None, str | None]:
     return (str(experiment) if experiment else None), sweep
 
 
-def wandb_group(cfg: DictConfig) -> str | None:
+def wandb_group(run: RunConfig) -> str | None:
     """Explicit ``group=``, else the sweep: its dir's last two parts (one sweep dir = one group,
     so every rerun or extension of that sweep lands in the same group)."""
     _, sweep = hydra_context()
-    return group_rule(cfg.get("group"), sweep)
+    return group_rule(run.group, sweep)
 
 
 JOB_TYPE_MAX = 64  # wandb refuses a longer job_type
 
 
-def job_type(cfg: DictConfig, overrides: list[str] | None = None) -> str:
+def job_type(run: RunConfig, overrides: list[str] | None = None) -> str:
     """The variant without its seed, so that wandb's group-by averages seeds and never merges
     two settings: the run name without its ``-s<seed>`` part, followed by every override of the
     job (``overrides``, default Hydra's) that the name does not show, the seed and operational
     keys aside (``... warmup_steps=10``). Keys are shortened to their last part where that is
     unambiguous and numbers written short; past 64 characters the overrides that fit are kept
     whole and the rest become ``+N#digest`` (so two settings still differ), never a cut key."""
-    name = str(cfg.name)
-    suffix = f"-s{cfg.seed}"
+    name = run.name
+    suffix = f"-s{run.seed}"
     base = name[: -len(suffix)] if name.endswith(suffix) else name
-    items = short_overrides(unnamed(cfg, overrides))
+    items = short_overrides(unnamed(run, overrides))
     text = " ".join([base, *items])
     if len(text) <= JOB_TYPE_MAX:
         return text
@@ -120,14 +120,14 @@ def short_overrides(items: list[str]) -> list[str]:
     return out
 
 
-def unnamed(cfg: DictConfig, overrides: list[str] | None) -> list[str]:
+def unnamed(run: RunConfig, overrides: list[str] | None) -> list[str]:
     """The overrides whose keys the ``name`` template does not interpolate (a group choice
     ``placement=post`` is shown by ``${placement.name}``)."""
     if overrides is None:
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    template = str(OmegaConf.to_container(cfg, resolve=False).get("name", ""))
+    template = str(OmegaConf.to_container(run.composed, resolve=False).get("name", ""))
     shown = set(re.findall(r"\$\{([\w.]+)\}", template))
     extra = []
     for item in overrides:
@@ -153,47 +153,49 @@ def check_wandb_online(mode: str | None) -> None:
 
 
 def build_loggers(
-    cfg: DictConfig,
+    run: RunConfig,
     run_dir: Path,
     cut: tuple[int, int | None] = (0, None),
     wandb_id: str | None = None,
-) -> list[Logger]:
-    """CSV and/or wandb per ``cfg.logger``. A resumed run continues metrics.csv from its
-    checkpoint's ``cut`` (training/reliability/metrics_csv.py) and the wandb run ``wandb_id``."""
-    node = cfg.get("logger") or {}
+) -> tuple[list[Logger], dict[str, Any]]:
+    """The loggers ``run.logger`` names, and what they add to the run's record (the wandb
+    group the run joined, which scripts/compare.py reads back). A resumed run continues
+    metrics.csv from its checkpoint's ``cut`` (training/reliability/metrics_csv.py) and the
+    wandb run ``wandb_id``."""
     loggers: list[Logger] = []
-    for key in node:
+    logged: dict[str, Any] = {}
+    for key, args in run.logger.items():
         if key == "csv":
-            loggers.append(ResumableCSVLogger(run_dir, cut=cut, **node.csv))
+            loggers.append(ResumableCSVLogger(run_dir, cut=cut, **args))
         elif key == "wandb":
-            loggers.append(build_wandb(cfg, run_dir, wandb_id))
-        elif isinstance(node[key], DictConfig) and "_target_" in node[key]:
-            loggers.append(instantiate_logger(key, node[key], run_dir))
-        else:
-            raise LoggerError(
-                f"unknown logger '{key}'; choose from: {', '.join(LOGGERS)}, or give "
-                f"logger.{key}._target_=<a Lightning logger class>"
-            )
-    return loggers
+            logged["wandb_group"] = wandb_group(run)
+            loggers.append(build_wandb(run, args, run_dir, wandb_id, logged["wandb_group"]))
+        else:  # a `_target_` entry (the typed config refused any other)
+            loggers.append(instantiate_logger(key, args, run_dir))
+    return loggers, logged
 
 
-def instantiate_logger(key: str, node: DictConfig, run_dir: Path) -> Logger:
+def instantiate_logger(key: str, args: dict[str, Any], run_dir: Path) -> Logger:
     """A Lightning logger from its ``_target_`` entry, writing under the run dir."""
     from hydra.utils import instantiate
 
     try:
-        return instantiate(node, save_dir=str(run_dir))
+        return instantiate(args, save_dir=str(run_dir))
     except Exception as err:  # ImportError for a missing extra, TypeError for a bad argument
         cause = err.__cause__ or err
         raise LoggerError(
-            f"logger.{key} ({node._target_}) cannot start: {type(cause).__name__}: "
+            f"logger.{key} ({args['_target_']}) cannot start: {type(cause).__name__}: "
             f"{str(cause).splitlines()[0] if str(cause) else ''}; install it with "
             "pip install -e '.[loggers]', or drop the logger"
         ) from err
 
 
-def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLogger:
-    w = OmegaConf.to_container(cfg.logger.wandb, resolve=True)
+def build_wandb(
+    run: RunConfig, args: dict[str, Any], run_dir: Path, wandb_id: str | None, group: str | None
+) -> WandbLogger:
+    """The wandb run (see the module docstring): ``args`` are ``logger.wandb``'s, ``group``
+    the one it is filed under."""
+    w = dict(args)
     verbose = bool(w.pop("verbose", False))
     w.pop("log_model", None)  # finish_wandb uploads the final last.ckpt itself
     check_wandb_online(w.get("mode"))
@@ -201,17 +203,17 @@ def build_wandb(cfg: DictConfig, run_dir: Path, wandb_id: str | None) -> WandbLo
         os.environ.setdefault("WANDB_SILENT", "true")
         os.environ.setdefault("WANDB_CONSOLE", "off")
     experiment, _ = hydra_context()
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = OmegaConf.to_container(run.composed, resolve=True)
     config.pop("hydra", None)
     config["experiment"] = experiment
-    config["group"] = wandb_group(cfg)  # the group the run is filed under, as wandb shows it
-    tags = [cfg.placement.name, cfg.norm.name, cfg.model.name, f"L{cfg.model.n_layer}"]
+    config["group"] = group  # the group the run is filed under, as wandb shows it
+    tags = [run.placement.name, run.norm.name, run.kind, f"L{run.model['n_layer']}"]
     tags += [f"experiment:{experiment}"] if experiment else []
     logger = WandbLogger(
-        name=cfg.name,
+        name=run.name,
         save_dir=str(run_dir),
-        group=wandb_group(cfg),
-        job_type=job_type(cfg),
+        group=group,
+        job_type=job_type(run),
         tags=tags,
         config=config,
         id=wandb_id,  # None: a new run; else continue that one (resume="allow")

@@ -3,10 +3,11 @@
 ``typed_config(cfg)`` reads every group of the composed config into its dataclass (the schema is
 those dataclasses: training/config.py's ``node_to`` refuses unknown keys and values of the wrong
 type in one line, the dataclasses check ranges), before any data is prepared or model built. The
-build reads this tree only; the composed config itself travels on for what takes it whole (the
-loggers record it, Lightning takes the trainer node's keys as its arguments, ``callbacks.*`` are
-instantiated from it). Root keys are checked earlier, when the run dir opens
-(``check_top_level``), and the command line before Hydra composes (training/launch.py).
+build and the loggers read this tree only; the composed config itself travels in it for what
+takes it whole (the wandb run records it, ``callbacks.*`` are instantiated from it). The run
+dir (training/rundir.py) keeps the composed config as its record, also of a job whose config
+fails here. A single run's tree is made once, by ``check_config`` before torch loads (train.py);
+a sweep checks its grid once and each job makes its own as its attempt begins.
 
 Torch-free, as is every dataclass it reads into (models/config.py, data/config.py,
 training/optim_config.py, training/probe_config.py, the sections below): ``check_config`` runs
@@ -32,6 +33,7 @@ from training.config import (
     check_run_length,
     check_top_level,
     compile_mode,
+    gpu_accelerator,
     node_to,
     optim_config,
 )
@@ -52,6 +54,23 @@ MISPLACED = {
     "dyt_alpha": "norm.alpha={value}",
     "norm_groups": "norm.groups={value}",
 }
+
+
+# The loggers built by name (training/loggers.py); any other entry of ``logger`` names its class.
+LOGGERS = ("csv", "wandb")
+
+
+def logger_config(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """``logger.*`` as {name: its arguments}; an entry that is neither a known logger nor a
+    ``_target_`` is refused in one line."""
+    node = OmegaConf.to_container(cfg.get("logger") or {}, resolve=True)
+    for key, args in node.items():
+        if key not in LOGGERS and not (isinstance(args, dict) and "_target_" in args):
+            raise ConfigError(
+                f"unknown logger '{key}'; choose from: {', '.join(LOGGERS)}, or give "
+                f"logger.{key}._target_=<a Lightning logger class>"
+            )
+    return node
 
 
 # Where a diverged run's last checkpoint goes, so none that looks final survives.
@@ -143,17 +162,34 @@ class RunConfig:
     max_steps: int
     trainer: dict[str, Any]  # Lightning's Trainer arguments, as configured
     compile: str | None  # the torch.compile mode; None: eager
-    composed: DictConfig  # the config as composed: for the loggers and user callbacks
+    logger: dict[str, dict[str, Any]]  # each logger's arguments (training/loggers.py)
+    group: str | None  # the wandb group when set by hand; None: the sweep's
+    composed: DictConfig  # the config as composed: the wandb run's record, user callbacks
 
     @property
     def accelerator(self) -> str:
         return str(self.trainer.get("accelerator", "auto"))
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the run trains on a GPU (accelerator auto: when torch sees one)."""
+        return gpu_accelerator(self.accelerator)
+
 
 def typed_config(cfg: DictConfig) -> RunConfig:
     """The typed tree of ``cfg``; a bad key or value raises ConfigError (one line)."""
-    warmup = check_run_length(cfg)  # also checks the checkpoint cadence
+    try:
+        return read_tree(cfg)
+    except ConfigError:
+        raise
+    except BUILD_ERRORS as err:  # a dataclass's own range check
+        raise ConfigError(str(err)) from err
+
+
+def read_tree(cfg: DictConfig) -> RunConfig:
+    logger = logger_config(cfg)
     spec = model_spec(cfg)
+    warmup = check_run_length(cfg)  # also checks the checkpoint cadence
     model = node_to(
         dict,
         cfg.model,
@@ -167,6 +203,7 @@ def typed_config(cfg: DictConfig) -> RunConfig:
     node_to(ReproduceConfig, cfg.get("reproduce") or {}, "reproduce")
     placement = node_to(PlacementConfig, cfg.placement, "placement")
     norm = node_to(NormConfig, cfg.norm, "norm")
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     # the model config checked whole now, the fields the data decides at placeholders (the
     # build reads them off the prepared data)
     spec.config(**model, **spec.data_placeholders(model), placement=placement, norm=norm)
@@ -186,24 +223,22 @@ def typed_config(cfg: DictConfig) -> RunConfig:
         divergence=node_to(DivergenceConfig, cfg.get("divergence") or {}, "divergence"),
         checkpoint=node_to(CheckpointConfig, cfg.get("checkpoint") or {}, "checkpoint"),
         max_steps=cfg.trainer.max_steps,
-        trainer=OmegaConf.to_container(cfg.trainer, resolve=True),
+        trainer=trainer,
         compile=compile_mode(cfg.compile),
+        logger=logger,
+        group=cfg.get("group"),
         composed=cfg,
     )
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every check of the root keys and of typed_config, before torch is imported (train.py):
-    a bad key or value is refused in one line (ConfigError) before any run dir is touched. The
-    warnings these checks print are left to the build, which makes them again."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            check_top_level(cfg)
-            typed_config(cfg)
-    except BUILD_ERRORS as err:
-        if isinstance(err, ConfigError):
-            raise
-        raise ConfigError(str(err)) from err
+def check_config(cfg: DictConfig, quiet: bool = False) -> RunConfig:
+    """Every check of the root keys and of typed_config, before torch is imported (train.py
+    hands the typed tree to the run): a bad key or value is refused in one line (ConfigError)
+    before any run dir is touched. ``quiet``: the warnings the checks print are left to the
+    runs (a sweep's grid check: each job makes them again)."""
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        check_top_level(cfg)
+        return typed_config(cfg)
 
 
 # --- what an older run record lacks ------------------------------------------------------------

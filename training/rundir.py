@@ -44,7 +44,13 @@ from training.errors import (
     signals_interrupt,
 )
 from training.record import RunRecord, finished, read_summary
-from training.reliability.checkpoints import CHECKPOINT, disk_error, read_checkpoint, resume_state
+from training.reliability.checkpoints import (
+    CHECKPOINT,
+    check_fits,
+    disk_error,
+    read_checkpoint,
+    resume_state,
+)
 from training.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 
@@ -267,28 +273,30 @@ class RunDir:
         """What the run dir's summary.json holds (or will hold) after this attempt."""
         return self.finished if self.finished is not None else self.record.summary()
 
-    def check_data(self, identity: str | None) -> None:
-        """Record the data's identity with the run's settings; a checkpoint trained on other
-        data (a corpus or image folder edited since, another tokenizer file) is refused."""
-        self.check_identity("data.identity", identity)
-
-    def check_identity(self, key: str, identity: str | None, needed: bool = True) -> None:
-        """Record ``identity`` (a digest of files the run reads) as setting ``key``; a checkpoint
-        that recorded another is refused. ``needed=False``: the files are not read on a resume
-        (None then keeps the recorded identity)."""
+    def admit(self, task: Any, inputs: dict[str, str | None]) -> None:
+        """Check what the build made against the checkpoint this attempt continues, and record
+        it with the run's settings. ``inputs``: setting -> digest of the files the run reads
+        (``data.identity``: the corpus or image files and the tokenizer; ``model.init_from.sha256``:
+        the init checkpoint), each refused when the checkpoint recorded another (a file edited
+        or swapped since); None: not on this machine, so a resume keeps the recorded one (it
+        reads its weights from its own checkpoint). ``task``'s weights must have the names and
+        shapes of the checkpoint's (training/reliability/checkpoints.py: ``check_fits``)."""
         plan = self.plan
         old = resume_state(plan.ckpt).get("run_config") if plan.ckpt is not None else None
-        if identity is None and not needed and old is not None:
-            identity = old.get(key)
-        if old is not None and key in old:
-            own = plan.ckpt_path == self.run_dir / CHECKPOINT
-            check_same_config(
-                f"checkpoint {plan.ckpt_path}",
-                {key: old[key]},
-                {key: identity},
-                RERUN_FIX if own else CKPT_FIX,
-            )
-        self.settings[key] = identity
+        own = plan.ckpt_path == self.run_dir / CHECKPOINT
+        for key, identity in inputs.items():
+            if identity is None and old is not None:
+                identity = old.get(key)
+            if old is not None and key in old:
+                check_same_config(
+                    f"checkpoint {plan.ckpt_path}",
+                    {key: old[key]},
+                    {key: identity},
+                    RERUN_FIX if own else CKPT_FIX,
+                )
+            self.settings[key] = identity
+        if plan.ckpt is not None:
+            check_fits(plan.ckpt_path, plan.ckpt, task)
 
     def close(self, error: BaseException | None = None) -> None:
         """Record the outcome in summary.json (rank zero) and release the dir."""

@@ -49,7 +49,7 @@ def check_grid_once(config: DictConfig) -> None:
         try:
             # run_dir stands in for Hydra's output dir, which no job has yet
             cfg = compose(config.hydra.job.config_name, overrides=[*job, "run_dir=-"])
-            check_config(cfg)
+            check_config(cfg, quiet=True)
         except ConfigError as err:
             messages.add(str(err))
         except Exception:  # noqa: BLE001 - what composing a job raises is the job's to report

@@ -30,7 +30,7 @@ from tests.conftest import (
     TINY_RUN,
 )
 from training.build import allow_tf32
-from training.config import node_to, optim_config
+from training.config import gpu_accelerator, node_to, optim_config
 from training.divergence import DivergenceConfig
 from training.errors import ConfigError
 from training.init_probe import measure_at_init
@@ -123,9 +123,9 @@ def test_gpu_speed_settings_stay_off_the_cpu(monkeypatch):
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         for accelerator in ("cpu", "auto"):
-            allow_tf32(accelerator)
+            allow_tf32(gpu_accelerator(accelerator))
             assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        allow_tf32("gpu")
+        allow_tf32(gpu_accelerator("gpu"))
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
