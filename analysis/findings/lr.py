@@ -91,7 +91,8 @@ def lr_losses(report: dict, qk: bool, z: float = 0.0) -> dict[float, dict[Any, f
     return out
 
 
-def lr_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:
+def seed_mean_curve(losses: dict[float, dict[Any, float]]) -> dict[float, float]:
+    """The loss at each lr, averaged over its seeds (each capped as analysis/lr_sweep.capped)."""
     return {lr: statistics.fmean(by_seed.values()) for lr, by_seed in losses.items()}
 
 
@@ -164,7 +165,7 @@ def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
     v.threshold = (
         f"mean over lr {', '.join(f'{x:g}' for x in top)} of no-qk - qk >= {m.worse} (95% interval)"
     )
-    means = lr_curve(plain), lr_curve(qk)
+    means = seed_mean_curve(plain), seed_mean_curve(qk)
     per_lr = {f"{lr:g}": f"{means[0][lr]:.3f} vs {means[1][lr]:.3f}" for lr in top}
     return decide_interval(v, "no-qk - qk", stats.contrast_interval(arms, weights), m.worse,
                            "above", no_qk_vs_qk=per_lr)  # fmt: skip
@@ -176,7 +177,7 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
     per_seed = {}
     for qk, name in ((False, "no_qk"), (True, "qk")):
         losses = lr_losses(report, qk)
-        curve = lr_curve(losses)
+        curve = seed_mean_curve(losses)
         per_seed[name] = [sensitivity(c) for c in seed_curves(losses)]
         measured[name] = sensitivity(curve)
         measured[f"{name}_loss_per_lr"] = {f"{lr:g}": round(x, 3) for lr, x in curve.items()}
@@ -189,7 +190,7 @@ def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdic
 def curve_of(losses: dict[float, dict[Any, float]]) -> tuple[dict[float, float], dict[str, Any]]:
     """An arm's loss per lr (its seeds' mean, from lr_losses), and what a verdict shows of it:
     sensitivity, best lr and loss."""
-    curve = lr_curve(losses)
+    curve = seed_mean_curve(losses)
     best = min(curve, key=curve.get)
     shown = {
         "sensitivity": round(sensitivity(curve), 4),
