@@ -178,6 +178,17 @@ def test_tensorboard_logger_from_its_config(compose_cfg, tmp_path):
     assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
 
 
+def test_a_target_logger_is_built_from_the_typed_tree(compose_cfg, tmp_path):
+    """Any Lightning logger by ``_target_`` (here Lightning's own CSVLogger, always installed),
+    resolved and writing under the run dir, next to the built-in ones."""
+    over = ["logger=csv", "+logger.mine._target_=lightning.pytorch.loggers.CSVLogger"]
+    (csv, mine), logged = build_loggers(
+        typed_config(compose_cfg([*over, "+logger.mine.name=${name}"])), tmp_path
+    )
+    assert type(mine).__name__ == "CSVLogger" and mine.save_dir == str(tmp_path)
+    assert mine.name == "gpt-pre-layernorm-L2-lr0.005-s0" and logged == {}  # no wandb: no group
+
+
 def test_an_unknown_logger_names_the_fix(compose_cfg):
     cfg = compose_cfg([])
     cfg.logger = OmegaConf.create({"nope": {"x": 1}})
