@@ -64,10 +64,9 @@ def attempt(
     from training.build import build
     from training.loggers import finish_wandb
     from training.rundir import RunDir
-    from training.specs import summary_fields
     from training.threads import set_threads
 
-    with RunDir(cfg, summary_fields(cfg)) as this:
+    with RunDir(cfg) as this:
         if this.finished is not None:
             return this
         try:

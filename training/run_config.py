@@ -40,7 +40,7 @@ from training.config import (
 from training.errors import BUILD_ERRORS, ConfigError
 from training.optim_config import OptimConfig
 from training.probe_config import ProbeConfig
-from training.specs import ModelSpec, model_spec
+from training.specs import MODELS, ModelSpec
 
 # Model config fields set by a group of their own, with where a user sets each.
 OWNED = {"placement": "placement={value}", "norm": "norm={value}"}
@@ -174,6 +174,20 @@ class RunConfig:
     def on_gpu(self) -> bool:
         """Whether the run trains on a GPU (accelerator auto: when torch sees one)."""
         return gpu_accelerator(self.accelerator)
+
+
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    """The spec of ``model.name``, whose data kind the data config must hold."""
+    name = cfg.model.name
+    if name not in MODELS:
+        raise ConfigError(f"unknown model.name '{name}'; choose one of: {', '.join(MODELS)}")
+    spec = MODELS[name]
+    if cfg.data.kind != spec.data_kind:
+        raise ConfigError(
+            f"model={name} trains on {spec.data_kind} data but the data config holds "
+            f"{cfg.data.kind} data; pick a data=... option of kind {spec.data_kind}"
+        )
+    return spec
 
 
 def typed_config(cfg: DictConfig) -> RunConfig:

@@ -53,6 +53,7 @@ from training.reliability.checkpoints import (
 )
 from training.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
 from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
+from training.specs import MODELS
 
 
 # --- the settings that decide a result -------------------------------------------------------
@@ -163,10 +164,11 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
         OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml")
 
 
-def initial_results(cfg: DictConfig, run_dir: Path, kind_fields: tuple[str, ...]) -> dict:
+def initial_results(cfg: DictConfig, run_dir: Path) -> dict:
     """The results summary.json holds whatever happens to the run: what it is, as configured
-    (even values of the wrong type: the run then fails on them), and every measurement unset;
-    ``kind_fields``: the model kind's own (its model spec's ``summary_fields``)."""
+    (even values of the wrong type: the run then fails on them), and every measurement unset,
+    the model kind's own too (its spec's ``summary_fields``; none for an unknown kind, which the
+    typed config refuses)."""
     identity = {
         "name": cfg.name,
         "model": cfg.model.name,
@@ -191,13 +193,14 @@ def initial_results(cfg: DictConfig, run_dir: Path, kind_fields: tuple[str, ...]
         params=None,
         resumed_from_step=None,
     )
-    return {**results, **dict.fromkeys(kind_fields)}
+    spec = MODELS.get(cfg.model.name) if isinstance(cfg.model.name, str) else None
+    return {**results, **dict.fromkeys(spec.summary_fields if spec is not None else ())}
 
 
 class RunDir:
     """This process's attempt at the run ``cfg`` describes (see the module docstring):
 
-        with RunDir(cfg, kind_fields) as run:  # config checked, dir locked, plan made
+        with RunDir(cfg) as run:               # config checked, dir locked, plan made
             if run.finished is None:           # else skipped: run.finished is its summary
                 ...                            # train, reporting to run.record
         # leaving: the outcome (failed with the error, interrupted on a signal) goes into
@@ -206,9 +209,8 @@ class RunDir:
     A signal anywhere inside ends the block as ``Interrupted`` (exit 143 / 130).
     """
 
-    def __init__(self, cfg: DictConfig, kind_fields: tuple[str, ...] = ()) -> None:
+    def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
-        self.kind_fields = kind_fields
         self.rank_zero = launched_as_rank_zero()
         self.run_dir = Path(cfg.run_dir)
         self.lock = RunDirLock(self.run_dir)
@@ -253,7 +255,7 @@ class RunDir:
                 raise
             except BUILD_ERRORS as err:  # an unreadable or missing checkpoint
                 raise ConfigError(str(err)) from err
-            results = initial_results(self.cfg, self.run_dir, self.kind_fields)
+            results = initial_results(self.cfg, self.run_dir)
             self.record.results = {**results, "run_config": self.settings}
             if self.plan.finished is None and self.rank_zero:
                 if self.plan.set_aside:

@@ -15,11 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
 from data.config import ImageDataConfig, TextDataConfig
 from models.config import GPTConfig, ViTConfig
-from training.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -114,28 +111,9 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def model_spec(cfg: DictConfig) -> ModelSpec:
-    name = cfg.model.name
-    if name not in MODELS:
-        raise ConfigError(f"unknown model.name '{name}'; choose one of: {', '.join(MODELS)}")
-    spec = MODELS[name]
-    if cfg.data.kind != spec.data_kind:
-        raise ConfigError(
-            f"model={name} trains on {spec.data_kind} data but the data config holds "
-            f"{cfg.data.kind} data; pick a data=... option of kind {spec.data_kind}"
-        )
-    return spec
-
-
 def spec_of(config: Any) -> ModelSpec:
     """The spec of a model config (an instance of one of the kinds' config classes)."""
     for spec in MODELS.values():
         if type(config) is spec.config:
             return spec
     raise ValueError(f"no model kind has a {type(config).__name__}; kinds: {', '.join(MODELS)}")
-
-
-def summary_fields(cfg: DictConfig) -> tuple[str, ...]:
-    """The model kind's own summary fields (none for an unknown kind: the build refuses it)."""
-    spec = MODELS.get(cfg.model.name) if isinstance(cfg.model.name, str) else None
-    return spec.summary_fields if spec is not None else ()
