@@ -182,7 +182,7 @@ def test_a_target_logger_is_built_from_the_typed_tree(compose_cfg, tmp_path):
     """Any Lightning logger by ``_target_`` (here Lightning's own CSVLogger, always installed),
     resolved and writing under the run dir, next to the built-in ones."""
     over = ["logger=csv", "+logger.mine._target_=lightning.pytorch.loggers.CSVLogger"]
-    (csv, mine), logged = build_loggers(
+    (_, mine), logged = build_loggers(
         typed_config(compose_cfg([*over, "+logger.mine.name=${name}"])), tmp_path
     )
     assert type(mine).__name__ == "CSVLogger" and mine.save_dir == str(tmp_path)

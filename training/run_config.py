@@ -201,6 +201,7 @@ def typed_config(cfg: DictConfig) -> RunConfig:
 
 
 def read_tree(cfg: DictConfig) -> RunConfig:
+    """typed_config's reading, group by group (its errors as raised)."""
     logger = logger_config(cfg)
     spec = model_spec(cfg)
     warmup = check_run_length(cfg)  # also checks the checkpoint cadence
