@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from analysis import stats
 from analysis.runs import Run, finite
-from analysis.variants import Variant, label, md_cell, sort_key
+from analysis.variants import Variant, grid_seeds, label, md_cell, sort_key
 
 METRIC = "final_val_loss"
 
@@ -59,11 +58,13 @@ def sensitivity(curve: Mapping[Any, float]) -> float:
 
 
 def run_loss(run: Run, l0: float | None) -> float | None:
-    """A completed or diverged run's capped loss; None for a failed or unfinished run (no
-    result either way)."""
-    if run.status not in ("completed", "diverged"):
+    """A completed or diverged run's capped loss; None for a failed or unfinished run, and for a
+    completed one without a validation loss (no result either way; never counted diverged)."""
+    if run.status == "diverged":
+        return capped(None, l0)
+    if run.status != "completed" or (loss := finite(run.result(METRIC))) is None:
         return None
-    return capped(finite(run.result(METRIC)) if run.status == "completed" else None, l0)
+    return capped(loss, l0)
 
 
 def point(runs: list[Run], l0: float | None, lr: Any) -> dict[str, Any] | None:
@@ -88,8 +89,7 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
     they enter ``confirm``, never the choice of the rate."""
     runs = [r for v in members for r in v.runs]
     l0 = init_loss(runs)
-    at = Counter(str(r.seed) for r in runs)
-    grid = {s for s, n in at.items() if n > 1} if len(members) > 1 else set(at)
+    grid = grid_seeds([[r.seed for r in v.runs] for v in members])
     points = []
     for v in sorted(members, key=lambda v: sort_key(v.params["lr"])):
         found = point([r for r in v.runs if str(r.seed) in grid], l0, v.params["lr"])

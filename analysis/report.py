@@ -25,7 +25,7 @@ from analysis.runs import (
     load_runs,
     read_yaml_flat,
 )
-from analysis.variants import group_variants, md_cell, variant_fields
+from analysis.variants import group_variants, md_cell, md_code, poolable, variant_fields
 from analysis.wandb_report import wandb_target
 from training import runfiles
 
@@ -171,12 +171,11 @@ def trained(report: dict[str, Any]) -> bool:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    out = [f"# Sweep report: {report['sweep_dir']}", ""]
+    out = [f"# Sweep report: {md_code(report['sweep_dir'])}", ""]
     if report["init_probe"] and not trained(report):  # F1: forward + backward at init only
         out += [
             f"Init probe of {len(report['init_probe'])} series x depth groups (mean over "
-            "seeds); wandb group "
-            f"`{', '.join(report['wandb_groups'])}`.",
+            f"seeds); wandb group {md_code(', '.join(report['wandb_groups']))}.",
             "",
             probe_table(report["init_probe"]),
             "",
@@ -186,7 +185,7 @@ def markdown(report: dict[str, Any]) -> str:
         return "\n".join(out)
     out.append(
         f"{report['n_runs']} runs in {len(report['variants'])} variants; wandb group "
-        f"`{', '.join(report['wandb_groups'])}`."
+        f"{md_code(', '.join(report['wandb_groups']))}."
     )
     out += [
         "Loss and accuracy: mean ± sample std over the completed runs (n shown when fewer "
@@ -199,7 +198,10 @@ def markdown(report: dict[str, Any]) -> str:
     for name in report["plots"]:
         out += [f"![{name}]({name})", "", f"*{caption(name)}*" if caption(name) else "", ""]
     if report["wandb_sync"]:
-        out += [f"Upload the offline wandb runs: `wandb sync {report['wandb_sync']}`", ""]
+        out += [
+            f"Upload the offline wandb runs: {md_code('wandb sync ' + report['wandb_sync'])}",
+            "",
+        ]
     if report["warnings"]:
         out += ["## Warnings", "", *(f"- {md_cell(w)}" for w in report["warnings"]), ""]
     return "\n".join(out)
@@ -226,14 +228,25 @@ def compare(
         raise SystemExit(f"compare: {sweep_dir} is not a directory; pass a sweep or run dir")
     out_dir = Path(out) if out else sweep_dir / "report"
     runs, warn = load_runs(sweep_dir, skip=out_dir)
-    fields = variant_fields(runs)
-    variants = group_variants(runs, fields)
+    runs, fields, left_out = poolable(runs, variant_fields(runs))
     found = probes.load_probes(sweep_dir, runs, fields, warn, skip=out_dir)
     if not runs and not found:
         raise SystemExit(
             f"compare: no runs under {sweep_dir} (no summary.json, metrics.csv, "
             ".hydra/config.yaml or probe.json); pass a sweep dir such as multirun/<date>/<time>"
         )
+    try:
+        return write_report(sweep_dir, out_dir, runs, warn, fields, left_out, found, plots, logy)
+    except OSError as err:  # a read-only sweep dir, a full disk: one line, never a traceback
+        raise SystemExit(
+            f"compare: cannot write the report into {out_dir} ({err.strerror or err}); free "
+            "space or pass --out <a writable dir>"
+        ) from None
+
+
+def write_report(sweep_dir, out_dir, runs, warn, fields, left_out, found, plots, logy) -> dict:
+    """report.json, report.md, report.html and the plots into ``out_dir``; the report."""
+    variants = group_variants(runs, fields)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {
         "sweep_dir": str(sweep_dir),
@@ -246,7 +259,8 @@ def compare(
         "lr_sweep": lr_sweep.lr_sweep(variants, fields),
         "init_probe": probes.probe_groups(found),
         "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
-        "warnings": list(warn),
+        "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
+        "warnings": [*warn, *left_out],
     }
     report["warnings"] += stalled_warnings(report)
     if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
@@ -268,7 +282,7 @@ def xy_figure(
     sweep_dir = Path(sweep_dir)
     out_dir = Path(out) if out else sweep_dir / "report"
     runs, _ = load_runs(sweep_dir, skip=out_dir)
-    fields = variant_fields(runs)
+    runs, fields, _ = poolable(runs, variant_fields(runs))
     variants = group_variants(runs, fields)
     try:
         written = xy.plot_xy(variants, fields, xy.resolve_key(x, variants), ys, out_dir, name)

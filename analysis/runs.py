@@ -28,6 +28,7 @@ from training import record, runfiles
 from training.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
 from training.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
 from training.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
+from training.settings import is_operational
 from training.summary import metric_fields
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
@@ -243,6 +244,18 @@ class Run:
         return status_of(self.summary)
 
     @property
+    def settings(self) -> dict[str, Any]:
+        """Every setting that changes this run's numbers but its seed: the ``run_config`` its
+        summary.json records, else its config less the operational keys; per-run keys left out."""
+        recorded = self.summary.get("run_config")
+        source = recorded if isinstance(recorded, dict) else self.config
+        return {
+            k: freeze(v)
+            for k, v in source.items()
+            if k not in PER_RUN_KEYS and not k.endswith(".seed") and not is_operational(k)
+        }
+
+    @property
     def seed(self) -> Any:
         return first_present([self.summary, self.config], ("seed",))
 
@@ -326,6 +339,9 @@ def run_params(run: Run) -> dict[str, Any]:
     for key, value in run.config.items():
         if key not in used and key not in PER_RUN_KEYS and not key.endswith(".seed"):
             params[key] = value
+    for key, value in run.settings.items():  # recorded settings the config file lacks
+        if key not in used:
+            params.setdefault(key, value)
     return params
 
 

@@ -5,6 +5,7 @@ the seed), with mean ± sample std over seeds of each result.
 from __future__ import annotations
 
 import html
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable
@@ -37,6 +38,16 @@ def seed_collisions(runs: list[Run], fields: list[str]) -> int:
     )
 
 
+def grid_seeds(seeds_at_each_rate: list[list[Any]]) -> set[str]:
+    """The seeds of an lr grid: those run at more than one of the rates (all of them when there is
+    one rate). A seed run at one rate only is a confirming seed or an arm's: it never enters the
+    choice of a best rate."""
+    at = Counter(str(s) for seeds in seeds_at_each_rate for s in set(map(str, seeds)))
+    if len(seeds_at_each_rate) < 2:
+        return set(at)
+    return {s for s, n in at.items() if n > 1}
+
+
 def variant_fields(runs: list[Run]) -> list[str]:
     """The fields that tell variants apart: canonical ones that vary, plus the fewest others.
 
@@ -63,6 +74,49 @@ def variant_fields(runs: list[Run]) -> list[str]:
     return chosen
 
 
+def differing(group: list[Run]) -> list[str]:
+    """Settings that differ between runs of one group (a key some run does not record: unknown,
+    not compared)."""
+    keys = set.intersection(*(set(r.settings) for r in group)) if group else set()
+    return sorted(k for k in keys if len({repr(r.settings[k]) for r in group}) > 1)
+
+
+def poolable(runs: list[Run], fields: list[str]) -> tuple[list[Run], list[str], list[str]]:
+    """The runs a variant may pool as seeds, the fields that tell variants apart, and a line
+    for each run left out. Runs of one variant share every setting that changes the numbers but
+    the seed: a setting that still differs inside a group (300 steps among 30-step runs, another
+    batch size) becomes a variant field of its own, so those runs are a variant named by it, never
+    "another seed". Each seed counts once: a run with the settings and seed of another (a copy of
+    the sweep dir, a rerun into new dirs) is left out, naming the run it repeats. A variant whose
+    runs ran different code (summary.json's ``code_version``) is said, not split."""
+    fields = list(fields)
+    while True:
+        groups = partition(runs, fields)
+        split = sorted({k for g in groups.values() for k in differing(g)} - set(fields))
+        if not split:
+            break
+        fields.append(min(split, key=lambda k: (-len(partition(runs, [*fields, k])), k)))
+    kept, said = [], []
+    for group in partition(runs, fields).values():
+        first: dict[str, Run] = {}
+        for run in sorted(group, key=lambda r: (len(r.path.parts), str(r.path))):
+            seed = run.seed
+            if seed is not None and str(seed) in first:
+                said.append(
+                    f"{run.path}: the same settings and seed {seed} as {first[str(seed)].path}; "
+                    "left out (a copy or a rerun counts once)"
+                )
+                continue
+            first.setdefault(str(seed), run)
+            kept.append(run)
+        versions = sorted({str(r.summary.get("code_version")) for r in group})
+        if len(versions) > 1:
+            name = label({f: group[0].params.get(f) for f in fields}, fields)
+            said.append(f"{name}: its runs ran different code (code_version {', '.join(versions)})")
+    kept.sort(key=lambda r: str(r.path))
+    return kept, fields, said
+
+
 def stats(values: Iterable[float | None]) -> dict[str, Any] | None:
     """Mean, sample std (None for one value) and n over the finite values; None if none."""
     vals = [v for v in values if finite(v) is not None]
@@ -82,6 +136,16 @@ def md_cell(text: Any) -> str:
     """A markdown table cell showing ``text`` literally: a ``|`` would end the cell, a newline
     the row, and raw HTML would render (report.html escapes the same values)."""
     return html.escape(" ".join(str(text).split())).replace("|", "\\|")
+
+
+def md_code(text: Any) -> str:
+    """``text`` as one inline code span that shows it literally: on one line, fenced by more
+    backticks than it holds in a row (CommonMark), so no value can end the span or add markup."""
+    flat = " ".join(str(text).split())
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 @dataclass

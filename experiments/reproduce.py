@@ -41,6 +41,7 @@ from experiments.verdicts import (
     finite_load,
     fmt,
     publish,
+    read_verdict,
     show,
     verdict_stem,
     write_verdicts,
@@ -129,12 +130,19 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
     and overrides that made it, and another finding's or another setting's sweep is refused,
     so its runs are never pooled into these verdicts nor its verdicts replaced. A dir from
     before the record is adopted (one line says so)."""
-    path, wanted = out / OWNER, {"experiment": experiment, "overrides": sorted(overrides)}
+    path, wanted = out / OWNER, {"experiment": experiment, "overrides": grid_of(overrides)}
     try:
         owner = json.loads(path.read_text()) if path.is_file() else None
     except (OSError, ValueError):
         owner = None
-    if isinstance(owner, dict) and {k: owner.get(k) for k in wanted} != wanted:
+    if (
+        isinstance(owner, dict)
+        and {
+            "experiment": owner.get("experiment"),
+            "overrides": grid_of(owner.get("overrides") or []),
+        }
+        != wanted
+    ):
         made = " ".join([f"experiment={owner.get('experiment')}", *(owner.get("overrides") or [])])
         return (
             f"{out} holds the sweep of {made}, not of experiment={experiment} "
@@ -144,9 +152,44 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
         return None
     if out.is_dir() and any(out.glob(f"*/{runfiles.SUMMARY}")):
         console.print(f"  {out}: recording experiment={experiment} as its sweep", markup=False)
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(wanted) + "\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(wanted) + "\n")
+    except OSError as err:
+        why = err.strerror or err
+        return f"cannot write {out} ({why}); free space, fix its permissions or pick another --out"
     return None
+
+
+def busy(out: Path) -> str | None:
+    """Why ``out`` cannot take a sweep now (another sweep holds its lock, named by PID), or None;
+    said here in one line, not only in sweep.log once the sweep stopped."""
+    from training.dirlock import RunDirLock
+    from training.errors import Refused
+
+    if not out.is_dir():
+        return None
+    lock = RunDirLock(out, "sweep dir", "another --out")
+    try:
+        lock.acquire()
+    except Refused as err:
+        return str(err)
+    except OSError as err:
+        return f"cannot write {out} ({err.strerror}); fix its permissions or pick another --out"
+    lock.release()
+    return None
+
+
+def grid_of(overrides: list[str]) -> list[str]:
+    """The overrides as the grid they make: sorted, each value list sorted and deduplicated,
+    so ``seed=1,0`` and ``seed=0,1`` name one sweep (a bracketed or quoted value kept as is)."""
+    out = []
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        if sep and "," in value and not any(c in value for c in "[]{}()'\""):
+            value = ",".join(sorted({v.strip() for v in value.split(",")}))
+        out.append(f"{key.strip()}{sep}{value}")
+    return sorted(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
         console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
         return 1
-    if problem := claim_sweep_dir(out, sweep.experiment, args.overrides, args.dry_run):
+    if problem := (None if args.dry_run else busy(out)) or claim_sweep_dir(
+        out, sweep.experiment, args.overrides, args.dry_run
+    ):
         console.print(f"error: {problem}", markup=False)
         return 1
     console.print(
@@ -169,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     if not finished_before:  # the runs left to train: a resumed or widened sweep skips the rest
         states = run_states(out, dirs)
         left = [j for k, j in enumerate(jobs) if states.get(k, ("",))[0] not in FINISHED]
-        minutes = estimate_s(sweep.cfg, left, sweep.finding.kind) / 60
+        try:  # each job's config resolved: a value the experiment has no entry for fails here
+            minutes = estimate_s(sweep.cfg, left, sweep.finding.kind) / 60
+        except Exception as err:  # noqa: BLE001 - an override the experiment cannot take
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            console.print(f"error: {type(err).__name__}: {why}; check the overrides", markup=False)
+            return 1
         console.print(f"  estimate: ~{minutes:.1f} min for {len(left)} runs {ESTIMATE}")
     if args.dry_run:
         for k, job in enumerate(dirs):
@@ -179,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     clock = Clock()
     found = [out / f"{verdict_stem(sweep.name)}.json", out / "verdict.json"]
-    earlier = next((json.loads(p.read_text()) for p in found if p.is_file()), None)
+    earlier = next((r for p in found if (r := read_verdict(p)) is not None), None)
     if finished_before:
         console.print(f"all {len(jobs)} runs in {out} finished; not launching the sweep again")
         sweep.command = earlier.get("command", sweep.command) if earlier else sweep.command
@@ -268,13 +318,14 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         "run_status": {s: sum(r["status"] == s for r in runs) for s in statuses},
         **clock.times(),
         **{k: timing[k] for k in TIMING if timing and k in timing},
+        "left_out": report.get("left_out", []),
         "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
         "claims": [v.to_dict() for v in verdicts],
     }
     write_verdicts(out, record)
     show(verdicts)
     if args.publish:
-        publish(out, args.publish, sweep.experiment, sweep.finding.plots, verdict_stem(name))
+        publish(out, args.publish, name, sweep.finding.plots, verdict_stem(name))
     where = out / f"{verdict_stem(name)}.md"
     console.print(f"verdicts: {where}; report: {out / 'report' / 'report.md'}")
     return exit_status(runs, code, out)

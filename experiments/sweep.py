@@ -174,6 +174,15 @@ def clock(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
+def hydra_quoted(value: str) -> str:
+    """``value`` as one quoted Hydra override value: a path with a comma would otherwise be a
+    sweep over two values, and one with a non-ASCII letter (``/home/josé``) fails Hydra's
+    lexer unquoted."""
+    if "'" not in value:
+        return f"'{value}'"
+    return '"' + value.replace('"', '\\"') + '"'
+
+
 # The program each kind of finding sweeps with.
 ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
@@ -191,7 +200,7 @@ def run_sweep(
     A run counts as done once it completed or diverged, or once its summary.json is rewritten:
     a failed or killed run from an earlier attempt runs again."""
     cmd = [sys.executable, str(ROOT / ENTRIES[kind]), "-m", f"experiment={experiment}"]
-    cmd += [f"hydra.sweep.dir={out}", *overrides]
+    cmd += [f"hydra.sweep.dir={hydra_quoted(str(out))}", *overrides]
     before = run_states(out, dirs)
     done = {k for k, (status, _) in before.items() if status in FINISHED}
     before_done, started = set(done), time.perf_counter()

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from rich.table import Table
 from analysis.findings import FINDINGS, Verdict
 from analysis.findings.common import SIDE_TEXT
 from analysis.runs import FINISHED
+from analysis.variants import md_cell
 from experiments.sweep import console
+from training.record import write_atomic
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -100,6 +103,9 @@ def verdict_markdown(record: dict) -> str:
             "",
             f"Left out of every verdict (neither completed nor diverged): {fmt(left_out)}.",
         ]
+    if record.get("left_out"):
+        lines += ["", "Not pooled as seeds (report.md's warnings):", ""]
+        lines += [f"- {md_cell(line)}" for line in record["left_out"]]
     return "\n".join(lines) + "\n"
 
 
@@ -112,20 +118,55 @@ def verdict_stem(finding: str) -> str:
 
 
 def write_verdicts(out: Path, record: dict) -> None:
+    """verdict.json and verdict.md, each through a temporary file and a rename: a full disk
+    mid-write leaves the earlier record (the only one of earlier launches' times) whole."""
     stem = verdict_stem(record["finding"])
-    (out / f"{stem}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    (out / f"{stem}.md").write_text(verdict_markdown(record))
+    write_atomic(out / f"{stem}.json", json.dumps(record, indent=2, default=str) + "\n")
+    write_atomic(out / f"{stem}.md", verdict_markdown(record))
 
 
-PUBLISHED = ".published.json"  # in a publish dir: the experiment and the files publish wrote
+def read_verdict(path: Path) -> dict | None:
+    """An earlier verdict.json (None when there is none); a cut or garbled one is one line."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(
+            f"error: {path} cannot be read ({type(err).__name__}: {err}); move it aside "
+            "(the runs' own records are intact) and run the command again"
+        ) from None
+    if not isinstance(record, dict):
+        raise SystemExit(f"error: {path} is not a verdict record; move it aside and rerun")
+    return record
 
 
-def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem: str) -> None:
+PUBLISHED = ".published.json"  # in a publish dir: the finding, experiment and files publish wrote
+# What publish ever writes (the report's figures besides): the only names its manifest may
+# delete, whatever a hand-edited or merged manifest lists.
+PUBLISHES = ("verdict.md", "verdict.json", "report/report.md", "report/report.json")
+
+
+def own_file(dest: Path, name: Any) -> bool:
+    """Whether ``name`` (from a manifest) is a file publish writes, inside ``dest``."""
+    if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
+        return False
+    figures = {p for f in FINDINGS.values() for p in f.plots}
+    writes = name in PUBLISHES or (name.startswith("report/") and name[7:] in figures)
+    return writes and (dest / name).resolve().is_relative_to(dest.resolve())
+
+
+def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: str) -> None:
     """verdict.md/.json, report/report.md/.json (each run's values, seed by seed) and the key
-    plots into ``dest`` (e.g. docs/findings/f3),
-    the sweep dir written as multirun/reproduce/<experiment> and other plots left out. Never
-    deletes a file it did not write (dest/.published.json lists what it wrote), names every file
-    it replaces, and refuses a dest inside the sweep dir or holding another experiment's."""
+    plots into ``dest`` (e.g. docs/findings/f3), the sweep dir written as
+    multirun/reproduce/<experiment> and other plots left out.
+
+    All or nothing: the new dest is assembled in a temporary sibling (what dest holds, less
+    this finding's earlier files, plus the new ones) and swapped in by renames, so a full disk
+    leaves the published copy as it was. Never deletes a file it did not write (the manifest
+    lists them; a name outside dest or not one publish writes is never touched), names every
+    file it replaces, and refuses a dest inside the sweep dir or holding another finding's."""
+    experiment = FINDINGS[finding].experiment
     if dest.resolve().is_relative_to(out.resolve()):
         raise SystemExit(
             f"error: --publish {dest} is inside the sweep dir {out}; publish elsewhere"
@@ -135,35 +176,75 @@ def publish(out: Path, dest: Path, experiment: str, plots: tuple[str, ...], stem
         before = json.loads(manifest.read_text()) if manifest.is_file() else {}
     except (OSError, ValueError):
         before = {}
-    if before.get("experiment") not in (None, experiment):
+    before = before if isinstance(before, dict) else {}
+    held = before.get("finding") or published_finding(dest)
+    if held not in (None, finding) or before.get("experiment") not in (None, experiment):
+        owner = held or f"experiment={before['experiment']}"
         raise SystemExit(
-            f"error: {dest} holds the published experiment={before['experiment']}; publish "
-            f"experiment={experiment} into its own directory"
+            f"error: {dest} holds the published {owner}; publish {finding} into its own "
+            f"directory (e.g. --publish {dest.parent / finding})"
         )
     shown = [name for name in plots if (out / "report" / name).is_file()]
-    files = ["verdict.md", "verdict.json", "report/report.md", "report/report.json"]
-    files += [f"report/{n}" for n in shown]
+    files = [*PUBLISHES, *(f"report/{n}" for n in shown)]
     replaced = [f for f in files if (dest / f).is_file()]
-    (dest / "report").mkdir(parents=True, exist_ok=True)
-    for stale in set(before.get("files", [])) - set(files):  # this command's own, earlier
-        (dest / stale).unlink(missing_ok=True)
-    for name in shown:
-        shutil.copyfile(out / "report" / name, dest / "report" / name)
-    lines = (out / "report" / "report.md").read_text().splitlines()
-    keep = [x for x in lines if not x.startswith("![") or any(f"({n})" in x for n in shown)]
-    keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
+    stale = {f for f in before.get("files", []) if own_file(dest, f)} - set(files)
     canonical = f"multirun/reproduce/{experiment}"
-    (dest / "report" / "report.md").write_text("\n".join(keep).replace(str(out), canonical) + "\n")
-    for src, name in (
-        (out / f"{stem}.md", "verdict.md"),
-        (out / f"{stem}.json", "verdict.json"),
-        (out / "report" / "report.json", "report/report.json"),
-    ):
-        (dest / name).write_text(src.read_text().replace(str(out), canonical))
-    manifest.write_text(json.dumps({"experiment": experiment, "files": files}, indent=1) + "\n")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publishing-", dir=dest.parent))
+    try:
+        if dest.is_dir():
+            shutil.copytree(dest, stage, dirs_exist_ok=True, symlinks=True)
+        for name in stale:
+            (stage / name).unlink(missing_ok=True)
+        (stage / "report").mkdir(exist_ok=True)
+        for name in shown:
+            shutil.copyfile(out / "report" / name, stage / "report" / name)
+        lines = (out / "report" / "report.md").read_text().splitlines()
+        keep = [x for x in lines if not x.startswith("![") or any(f"({n})" in x for n in shown)]
+        keep = [x for x in keep if not x.startswith("Upload the offline wandb runs")]
+        text = "\n".join(keep).replace(str(out), canonical) + "\n"
+        (stage / "report" / "report.md").write_text(text)
+        for src, name in (
+            (out / f"{stem}.md", "verdict.md"),
+            (out / f"{stem}.json", "verdict.json"),
+            (out / "report" / "report.json", "report/report.json"),
+        ):
+            (stage / name).write_text(src.read_text().replace(str(out), canonical))
+        record = {"finding": finding, "experiment": experiment, "files": files}
+        (stage / PUBLISHED).write_text(json.dumps(record, indent=1) + "\n")
+        swap(stage, dest)
+    except OSError as err:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise SystemExit(
+            f"error: publishing into {dest} failed ({err.strerror or err}); {dest} is as it "
+            "was; free space or fix its permissions and rerun with --publish"
+        ) from None
     console.print(f"published to {dest}: {', '.join(files)}")
     if replaced:
         console.print(f"  replaced: {', '.join(replaced)}")
+
+
+def published_finding(dest: Path) -> str | None:
+    """The finding a publish dir holds, from its verdict.json (manifests before 2026-12 lack it)."""
+    try:
+        record = json.loads((dest / "verdict.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("finding") if isinstance(record, dict) else None
+
+
+def swap(new: Path, dest: Path) -> None:
+    """Put the directory ``new`` in ``dest``'s place by renames (the old one removed last)."""
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    if dest.exists():
+        os.replace(dest, old)
+    try:
+        os.replace(new, dest)
+    except OSError:
+        if old.exists():
+            os.replace(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def show(verdicts: list[Verdict]) -> None:

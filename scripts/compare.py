@@ -16,9 +16,14 @@ variant) into the report dir.
 
 from __future__ import annotations
 
-import argparse
-import sys
+import sys  # noqa: I001
 from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
 
 from analysis.report import compare, markdown_table, table_cells, xy_figure
 from analysis.wandb_report import log_report

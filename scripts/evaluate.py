@@ -15,12 +15,17 @@ one ``error:`` line and exit code 1, as in train.py.
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
 import logging
-import sys
 import warnings
-from pathlib import Path
 
 from training import runfiles
 

@@ -12,7 +12,13 @@ train.py's does: a finished probe is skipped, one writer at a time, one-line err
 
 from __future__ import annotations
 
-import sys
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 import hydra
 import lightning.pytorch as L

@@ -11,10 +11,15 @@ entry prepared here. Prints the entry's directory and its size; a bad setting ex
 
 from __future__ import annotations
 
-import sys
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import time
 from dataclasses import fields
-from pathlib import Path
 
 from omegaconf import OmegaConf
 

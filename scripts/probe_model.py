@@ -15,10 +15,16 @@ profile.json and profile.png (2 x 2 panels) into ``--out`` (default: probe-<mode
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
 import re
-from pathlib import Path
 
 import torch
 
@@ -43,7 +49,10 @@ def load_tokenizer(name: str | None, directory: Path):
 def windows(ids: torch.Tensor, size: int, count: int) -> torch.Tensor:
     """Up to ``count`` windows of ``size`` tokens, evenly spaced over ``ids``: (N, size)."""
     if len(ids) < size:
-        raise ValueError(f"the text gives {len(ids)} tokens, fewer than one window of {size}")
+        raise ValueError(
+            f"the text gives {len(ids)} tokens, fewer than one window of {size}; pass a longer "
+            "--text file"
+        )
     starts = torch.linspace(0, len(ids) - size, min(count, len(ids) - size + 1)).round().long()
     return torch.stack([ids[s : s + size] for s in starts.tolist()])
 
@@ -102,8 +111,12 @@ def probe_main(argv: list[str] | None = None) -> dict:
     p.add_argument("--windows", type=int, default=8, help="context windows to probe (default 8)")
     p.add_argument("--out", type=Path, default=None, help="default: probe-<model>/")
     args = p.parse_args(argv)
+    if args.windows < 1:
+        raise ValueError(f"--windows {args.windows} must be >= 1; e.g. --windows 8")
     if not args.text.is_file():
         raise FileNotFoundError(f"--text {args.text} does not exist; pass a text file")
+    if not args.text.read_text(errors="replace").strip():
+        raise ValueError(f"--text {args.text} is empty; pass a file with text to probe on")
     directory = checkpoint_dir(args.model)
     model = GPT.from_hf(str(directory))
     tokenizer = load_tokenizer(args.tokenizer, directory)

@@ -21,7 +21,13 @@ again resumes: a sweep whose runs all finished is not launched again, and train.
 finished runs of an unfinished sweep.
 """
 
-import sys
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 from experiments.reproduce import main
 

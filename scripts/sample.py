@@ -10,8 +10,14 @@ seed gives the same text.
 
 from __future__ import annotations
 
-import argparse
+import sys  # noqa: I001
 from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
 
 import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from collections.abc import Iterable
@@ -57,6 +58,31 @@ def type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
+def finite(value: Any) -> bool:
+    """No nan or inf anywhere in ``value``: as a setting either turns a comparison off (a
+    divergence factor of nan never fires) or poisons every sum it enters."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    return True
+
+
+def setting_ok(value: Any, hint: Any) -> bool:
+    """A config value fits its field: of the annotated type and finite."""
+    return type_ok(value, hint) and finite(value)
+
+
+def type_error(key: str, value: Any, hint: Any) -> str:
+    """The one line for ``key=value`` not fitting ``hint`` (a non-finite float named as such)."""
+    fix = f"fix it on the command line ({key}=...)"
+    if not finite(value):
+        return f"{key} must be a finite number, got {value!r}; {fix}"
+    return f"{key}={value!r} must be of type {type_name(hint)}; {fix}"
+
+
 def node_to(
     cls: type,
     node: Any,
@@ -89,11 +115,8 @@ def node_to(
                 f"{where}.{key} is not a setting of {schema.__name__}{closest(key, accepted)}; "
                 f"valid keys: {', '.join(accepted)}"
             )
-        if not type_ok(value, hints[key]):
-            raise ConfigError(
-                f"{where}.{key}={value!r} must be of type {type_name(hints[key])}; "
-                f"fix it on the command line ({where}.{key}=...)"
-            )
+        if not setting_ok(value, hints[key]):
+            raise ConfigError(type_error(f"{where}.{key}", value, hints[key]))
         kwargs[key] = value
     return kwargs if cls is dict else cls(**kwargs)
 
@@ -118,13 +141,15 @@ def check_top_level(cfg: DictConfig) -> None:
             )
     for key, hint in SCALARS.items():
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
-        if key in cfg and not OmegaConf.is_missing(cfg, key) and not type_ok(value, hint):
-            raise ConfigError(f"{key}={value!r} must be of type {type_name(hint)}")
+        if key in cfg and not OmegaConf.is_missing(cfg, key) and not setting_ok(value, hint):
+            raise ConfigError(type_error(key, value, hint))
     if not 0 <= cfg.seed <= SEED_MAX:
         raise ConfigError(f"seed must be in [0, {SEED_MAX}] (numpy's range), got {cfg.seed}")
-    if cfg.num_threads is not None and cfg.num_threads < 1:
+    cores = os.cpu_count() or 1
+    if cfg.num_threads is not None and not 1 <= cfg.num_threads <= cores:
         raise ConfigError(
-            f"num_threads must be >= 1 or null (the free cores), got {cfg.num_threads}"
+            f"num_threads must be in [1, {cores}] (this machine's cores) or null (the free "
+            f"cores), got {cfg.num_threads}; more threads than cores only slow a run down"
         )
     batch = cfg.data.get("batch_size")
     if not type_ok(batch, int) or not 1 <= batch <= 1_000_000:
@@ -136,8 +161,37 @@ def check_top_level(cfg: DictConfig) -> None:
     check_trainer_values(cfg)
 
 
+# The train loader never ends an epoch, so validation is due every N optimizer steps (an int):
+# Lightning's epoch fractions (0.5) and null (once an epoch) have no epoch to refer to.
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
 def check_trainer_values(cfg: DictConfig) -> None:
     """Trainer values Lightning accepts but that would crash later, or run other than recorded."""
+    if "val_check_interval" in cfg.trainer:
+        every = cfg.trainer.get("val_check_interval")
+        if not type_ok(every, int) or every < 1:
+            raise ConfigError(
+                f"trainer.val_check_interval={every!r} must be a whole number of steps >= 1 "
+                "(the data never ends an epoch); e.g. trainer.val_check_interval=100, or "
+                "+trainer.limit_val_batches=0 for no validation"
+            )
+    for key in ("accumulate_grad_batches", "log_every_n_steps"):
+        value = cfg.trainer.get(key)
+        if value is not None and value < 1:
+            raise ConfigError(f"trainer.{key}={value!r} must be >= 1")
+    devices = cfg.trainer.get("devices", 1)
+    if not (devices == "auto" or (type_ok(devices, int) and (devices >= 1 or devices == -1))):
+        raise ConfigError(
+            f"trainer.devices={devices!r} must be >= 1, -1 (every GPU) or auto; e.g. "
+            "trainer.devices=1"
+        )
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} is not one normlab runs on; use one of: "
+            + ", ".join(ACCELERATORS)
+        )
     clip = cfg.trainer.get("gradient_clip_val")
     if clip is not None and not (type_ok(clip, float) and math.isfinite(clip) and clip >= 0):
         raise ConfigError(
@@ -149,7 +203,6 @@ def check_trainer_values(cfg: DictConfig) -> None:
             f"trainer.precision={precision} is not one normlab runs; use one of: "
             + ", ".join(PRECISIONS)
         )
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda") and not gpu_accelerator("auto"):
         raise ConfigError(
             "trainer=gpu needs a CUDA GPU and torch sees none here; use trainer=cpu (or "

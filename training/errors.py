@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import functools
 import os
 import signal
@@ -20,6 +21,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from training.record import Outcome
@@ -44,6 +46,32 @@ class DiskError(OSError):
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()  # the message alone, no "[Errno 28]"
+
+
+# The errnos that mean "this directory cannot be written": full, read-only, forbidden.
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG)
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def disk_message(err: OSError, path: Any, kept: str = "") -> str:
+    """One line for a full, read-only or forbidden directory: the file, the cause, the fix, and
+    (``kept``) what is still on disk, said only where it is true."""
+    path = Path(str(path if path is not None else err.filename or "?"))
+    why = "is full" if err.errno in FULL else "is not writable"
+    return (
+        f"cannot write {path.name}: {path.parent} {why} ({os.strerror(err.errno)}); free space "
+        "or fix the permissions there, or pick another dir with hydra.run.dir=... (a sweep: "
+        f"hydra.sweep.dir=...){'; ' + kept if kept else ''}"
+    )
+
+
+def as_disk_error(err: BaseException) -> DiskError | None:
+    """``err`` as a one-line DiskError when it is an OSError of a full or unwritable disk."""
+    if isinstance(err, DiskError):
+        return err
+    if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
+        return DiskError(err.errno, disk_message(err, err.filename))
+    return None
 
 
 class Interrupted(BaseException):
@@ -139,6 +167,7 @@ def script_errors(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
         except (ConfigError, *BUILD_ERRORS, RuntimeError, KeyError) as err:
             if os.environ.get("NORMLAB_DEBUG") == "1":
                 raise
+            err = as_disk_error(err) or err
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             print(f"error: {first}", file=sys.stderr, flush=True)
             raise SystemExit(1) from None
@@ -161,18 +190,17 @@ def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]
                 sys.stdout.flush()
                 os._exit(128 + err.signum)
             raise SystemExit(128 + err.signum) from None
-        except (ConfigError, DiskError) as err:
-            if debug:
-                raise
-            if not sweep:
-                raise SystemExit(f"error: {err}") from None
-            print(f"error: {err}", file=sys.stderr, flush=True)
-            outcome = Outcome.REFUSED if isinstance(err, Refused) else Outcome.FAILED
-            return {"outcome": str(outcome), "error": str(err)}
         except Exception as err:
-            if debug or not sweep:
+            known = err if isinstance(err, ConfigError) else as_disk_error(err)
+            if debug or (known is None and not sweep):
                 raise
-            traceback.print_exc()
-            return {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
+            if known is None:  # a crash: its traceback, and the sweep goes on
+                traceback.print_exc()
+                return {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
+            if not sweep:
+                raise SystemExit(f"error: {known}") from None
+            print(f"error: {known}", file=sys.stderr, flush=True)
+            outcome = Outcome.REFUSED if isinstance(known, Refused) else Outcome.FAILED
+            return {"outcome": str(outcome), "error": str(known)}
 
     return wrapper

@@ -71,8 +71,6 @@ class Fit:
         record.complete()  # the fit ran to its end, unless it diverged or was interrupted
         if record.healthy and task.last_val_step != trainer.global_step:
             trainer.validate(task, datamodule=self.datamodule, verbose=False)
-        if record.healthy and resume is not None:
-            resume.save(trainer, final=True)
         steps = trainer.global_step
         if record.status == Status.DIVERGED and record.diverged_at_step is not None:
             steps = record.diverged_at_step  # the healthy steps; the diverged one is not counted
@@ -88,3 +86,7 @@ class Fit:
             }
         )
         record.results["did_not_train"] = did_not_train(record.summary())
+        # last: a final save that fails (a full disk) leaves a record of the steps and losses
+        # the fit reached, not an empty one
+        if record.healthy and resume is not None:
+            resume.save(trainer, final=True)

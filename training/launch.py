@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -270,6 +271,7 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
         check_choices(args, conf)
     except ChoiceError as err:
         raise SystemExit(f"error: {err}") from None
+    check_writable(overrides_of(args))
     valid = root_keys()
     for arg in overrides_of(args):
         if "=" not in arg or arg.startswith(("+", "~")):
@@ -290,6 +292,30 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
             )
         if sub is not None:
             check_option_key(root, sub, arg, args, conf)
+
+
+OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def check_writable(overrides: Sequence[str]) -> None:
+    """An output dir named on the command line that cannot be written (a read-only or forbidden
+    directory) is one line here: Hydra creates it before any of normlab's code runs, and would
+    answer with a traceback."""
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        value = value.strip().strip("'\"")
+        if key not in OUTPUT_KEYS or not value or "${" in value:
+            continue
+        path = Path(value).expanduser()
+        try:  # what Hydra does first, and one file: the same errors, said in one line
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as err:
+            raise SystemExit(
+                f"error: {key}={value} cannot be written ({err.strerror or err}); pick another "
+                f"{key}=... or fix the permissions there"
+            ) from None
 
 
 # --- DDP child processes under -m ----------------------------------------------------------

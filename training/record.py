@@ -175,7 +175,12 @@ def did_not_train(summary: dict[str, Any], init_loss: float | None = None) -> st
         return None
     for key, name in REFERENCE_LOSSES:
         if _finite(ref := summary.get(key)) and final >= ref - PLATEAU_MARGIN:
-            return f"ended at {final:.3f}, within {PLATEAU_MARGIN:g} of the {name} {ref:.3f}"
+            where = (
+                f"within {PLATEAU_MARGIN:g} of"
+                if final <= ref + PLATEAU_MARGIN
+                else f"{final - ref:.3g} above"
+            )
+            return f"ended at {final:.3f}, {where} the {name} {ref:.3f}"
     start = summary.get("init_loss", init_loss)
     if _finite(start) and final >= start:
         return f"ended at {final:.3f}, above its initial loss {start:.3f}"

@@ -22,6 +22,8 @@ leaves a finished run's files exactly as they were.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -43,7 +45,7 @@ from training.errors import (
     launched_as_rank_zero,
     signals_interrupt,
 )
-from training.record import RunRecord, finished, read_summary
+from training.record import RunRecord, finished, read_summary, write_atomic
 from training.reliability.checkpoints import (
     CHECKPOINT,
     check_fits,
@@ -157,11 +159,32 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
 
     out = run_dir / HYDRA_DIR
     out.mkdir(exist_ok=True)
-    OmegaConf.save(cfg, run_dir / CONFIG)
+    files = {run_dir / CONFIG: cfg}
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
-        OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / HYDRA_META)
-        OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml")
+        files[run_dir / HYDRA_META] = OmegaConf.create({"hydra": hydra_cfg})
+        files[out / "overrides.yaml"] = hydra_cfg.overrides.task
+    for path, node in files.items():  # each whole or not at all: a full disk leaves no empty
+        write_atomic(path, OmegaConf.to_yaml(node))  # config.yaml for a reader to count as a run
+
+
+# The code that computes a run's numbers: its digest is the run's code_version, so a report can
+# say when a variant pools runs of different code (a sweep resumed after an edit).
+CODE = Path(__file__).resolve().parent.parent
+CODE_DIRS = ("models", "data", "training")
+
+
+@functools.cache
+def code_version() -> str:
+    """A short digest of the Python (and C++) sources of the harness, models and data, and of
+    train.py: equal for runs of the same code whether or not it is a git checkout."""
+    digest = hashlib.sha256()
+    files = [CODE / "train.py"] + [
+        p for d in CODE_DIRS for p in (CODE / d).rglob("*") if p.suffix in (".py", ".cpp")
+    ]
+    for path in sorted(f for f in files if f.is_file()):
+        digest.update(path.relative_to(CODE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def initial_results(cfg: DictConfig, run_dir: Path) -> dict:
@@ -192,6 +215,7 @@ def initial_results(cfg: DictConfig, run_dir: Path) -> dict:
         run_dir=str(run_dir),
         params=None,
         resumed_from_step=None,
+        code_version=code_version(),
     )
     spec = MODELS.get(cfg.model.name) if isinstance(cfg.model.name, str) else None
     return {**results, **dict.fromkeys(spec.summary_fields if spec is not None else ())}

@@ -171,6 +171,8 @@ class SweepStatus(HydraCallback):
             except (OSError, ValueError):
                 records[path.stem] = {"job": job, "outcome": str(Outcome.UNFINISHED)}
         counts = Counter(str(r.get("outcome", Outcome.FAILED)) for r in records.values())
+        if searching(config):
+            mark_a_search_without_results(sweep_dir, records.values())
         text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
         print(f"sweep {sweep_dir}: {text}", flush=True)
         bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
@@ -179,6 +181,25 @@ class SweepStatus(HydraCallback):
             print(f"  {record.get('outcome')}: {record['job']}: {why}", flush=True)
         if bad:
             raise SystemExit(1)
+
+
+SEARCH_RESULTS = "optimization_results.yaml"  # what Hydra's Optuna sweeper writes at its end
+
+
+def mark_a_search_without_results(sweep_dir: Path, records: Any) -> None:
+    """A search none of whose trials finished (each failed: a bad value, a crash) has no best
+    parameters, yet the sweeper writes the least bad WORST_OBJECTIVE trial as "best": replace
+    that file with one that says so, so no one reads a failure's settings as the optimum."""
+    finished = [r for r in records if r.get("status") in ("completed", "diverged")]
+    path = sweep_dir / SEARCH_RESULTS
+    if finished or not path.is_file():
+        return
+    path.write_text(
+        "# normlab: no trial of this search finished (every one failed; see the .jobs/ records\n"
+        "# and each trial's summary.json): there is no best value.\n"
+        "best_params: null\nbest_value: null\nno_trial_finished: true\n"
+    )
+    print(f"  {path}: no trial finished; no best parameters recorded", flush=True)
 
 
 def job_outcome(summary: dict, skipped: bool) -> dict:

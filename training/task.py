@@ -17,9 +17,12 @@ so it does not depend on what ran before: a resumed run draws what an uninterrup
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as L
 import numpy as np
@@ -30,6 +33,7 @@ from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
 from training.record import ReportsToRecord, RunRecord
+from training.reliability.checkpoints import verify
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "lr_multiplier", "param_groups"]  # re-exported
 
@@ -76,6 +80,15 @@ class TrainTask(ReportsToRecord, L.LightningModule):
     # The model this task trains (training/specs.py reads them: the one place they are named).
     model_class: type[nn.Module] = nn.Module
     config_class: type = dict
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> TrainTask:
+        """Lightning's loader, after the file's digest check (a checkpoint damaged since its save
+        is refused in one line, as on every other load path); never unpickles code."""
+        if isinstance(checkpoint_path, str | os.PathLike):
+            verify(Path(checkpoint_path), "restore the file from a copy, or train it again")
+        kwargs.setdefault("weights_only", True)
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def __init__(
         self,

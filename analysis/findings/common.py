@@ -42,10 +42,12 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from analysis import stats
 from analysis.runs import FINISHED
+from analysis.variants import grid_seeds
 
 MIN_SEEDS = 2
 STATUSES = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")
@@ -133,8 +135,41 @@ def variant(report: dict, **params: Any) -> dict:
         note_fixed_lr(report, params)
         # a row read at a named rate holds the grid's seeds only: the confirming seeds are one
         # rate's, and pooling them there would weigh that rate against the others
-        return seed_subset(rows[0], set(report.get("confirm_seeds") or ()), False)
-    return rows[0]
+        return read(report, seed_subset(rows[0], set(report.get("confirm_seeds") or ()), False))
+    return read(report, rows[0])
+
+
+def read(report: dict, row: dict) -> dict:
+    """``row`` as an arm the claim being decided reads (kept for the did-not-train gate)."""
+    report.setdefault("arms_read", []).append(row)
+    return row
+
+
+def untrained(row: dict) -> bool:
+    """An arm that did not train: it has completed runs and none of them left the plateau
+    (each one's ``did_not_train``); its diverged runs, if any, learned nothing either."""
+    done = [r for r in row["runs"] if r["status"] == "completed"]
+    return bool(done) and all(r.get("did_not_train") for r in done)
+
+
+def gate_untrained(verdict: Verdict, arms: list[dict]) -> Verdict:
+    """The one rule for every claim, decided before and whatever its outcome: when none of the
+    arms a claim compares trained (each ended at the plateau, e.g. a run too short), the
+    comparison is between plateaus and the claim is NOT TESTABLE, naming the runs. One arm
+    that stalls while another trains is a result (F2's Post-LN without warmup), not a gate."""
+    if not arms or verdict.status == "NO DATA" or not all(untrained(a) for a in arms):
+        return verdict
+    names = sorted({a["label"] for a in arms})
+    runs = [Path(r["run_dir"]).name for a in arms for r in a["runs"] if r.get("did_not_train")]
+    shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if runs[4:] else "")
+    why = next(r["did_not_train"] for a in arms for r in a["runs"] if r.get("did_not_train"))
+    said = (
+        f"no arm trained ({'; '.join(names)}: every completed run did not train, e.g. {why}; "
+        f"runs {shown}); train longer (trainer.max_steps) so the best arm leaves the plateau"
+    )
+    verdict.measured["was"] = verdict.status
+    verdict.status, verdict.note = "NOT TESTABLE", said
+    return verdict
 
 
 def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
@@ -156,10 +191,11 @@ def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
 
 
 def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
-    """The row (one per lr) with the lowest mean best val loss over its finished seeds, a
-    diverged seed counting as +inf; noted in report["chosen_lrs"] for the verdict."""
+    """The row (one per lr) with the lowest mean best val loss over the grid's seeds (those run at
+    more than one rate: an arm's or a confirming seed never enters the choice), a diverged seed
+    counting as +inf; noted in report["chosen_lrs"] for the verdict."""
     confirm = set(report.get("confirm_seeds") or ())
-    best = best_row([seed_subset(r, confirm, False) for r in rows])
+    best = best_row([seed_subset(r, confirm, False) for r in on_grid(rows)])
     lrs = sorted(r["params"]["lr"] for r in rows)
     chosen = {
         "variant": "-".join(short(k, v) for k, v in params.items()) or "all",
@@ -179,6 +215,12 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
             f"{best['params']['lr']:g}; run the reproduce command again to launch them"
         )
     return fresh
+
+
+def on_grid(rows: list[dict]) -> list[dict]:
+    """The rows (one per lr) with only the grid's seeds' runs (variants.grid_seeds)."""
+    grid = grid_seeds([[r.get("seed") for r in row["runs"]] for row in rows])
+    return [{**row, "runs": [r for r in row["runs"] if str(r.get("seed")) in grid]} for row in rows]
 
 
 def best_row(rows: list[dict]) -> dict:
@@ -211,7 +253,7 @@ def confirm_at(
         params = dict(zip(by, key, strict=True))
         rows = [seed_subset(r, set(seeds), False) for r in matching(variants, params, {})]
         if len({r["params"].get("lr") for r in rows}) == len(rows) > 1:
-            out.append({**params, "lr": best_row(rows)["params"]["lr"]})
+            out.append({**params, "lr": best_row(on_grid(rows))["params"]["lr"]})
     return out
 
 
@@ -268,17 +310,28 @@ def finished(row: dict) -> list[dict]:
 def too_few(row: dict, n: int, what: str = "completed or diverged runs") -> NoData:
     """NO DATA for a variant with ``n`` usable runs; names the runs left out and why."""
     left = Counter(r["status"] for r in row["runs"] if r["status"] not in FINISHED)
-    out = f" ({', '.join(f'{k} {s}' for s, k in sorted(left.items()))} left out)" if left else ""
+    blind = sum(r["status"] == "completed" and not scored(r) for r in row["runs"])
+    parts = [f"{k} {s}" for s, k in sorted(left.items())]
+    parts += [f"{blind} completed without a validation loss"] if blind else []
+    out = f" ({', '.join(parts)} left out)" if parts else ""
     return NoData(f"{row['label']}: {n} {what}{out}, need >= {MIN_SEEDS}")
 
 
+def scored(run: dict, metric: str = "best_val_loss") -> bool:
+    """Whether a completed run has ``metric`` (one trained without validation has none)."""
+    value = run.get(metric)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
-    """Per finished run: its metric, +inf when it diverged; other runs left out."""
+    """Per finished run: its metric, +inf when it diverged; other runs left out, and so is a
+    completed run without the metric (no validation ran: no data, never a divergence)."""
     out = []
     for run in finished(row):
-        value = run.get(metric)
-        ok = run["status"] == "completed" and isinstance(value, int | float)
-        out.append(float(value) if ok else math.inf)
+        if run["status"] != "completed":
+            out.append(math.inf)
+        elif scored(run, metric):
+            out.append(float(run[metric]))
     return out
 
 

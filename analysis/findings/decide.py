@@ -3,7 +3,7 @@ rates its variants were taken at (analysis/findings/common.py: note_lrs)."""
 
 from __future__ import annotations
 
-from analysis.findings.common import NoData, Verdict, note_lrs
+from analysis.findings.common import NoData, Verdict, gate_untrained, note_lrs
 from analysis.findings.registry import ALIASES, FINDINGS
 
 
@@ -18,10 +18,12 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
         report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
         report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])
         report["baseline"] = settings.get("baseline") or {}  # what an arm's key is elsewhere
+        report["arms_read"] = []  # filled by variant(): the arms the claim compares
         try:
             v = note_lrs(
                 claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
             )
+            v = gate_untrained(v, report["arms_read"])
         except NoData as err:
             v.status, v.note = "NO DATA", str(err)
         out.append(v)
@@ -29,4 +31,5 @@ def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[V
     report.pop("fixed_lrs", None)
     report.pop("confirm_seeds", None)
     report.pop("baseline", None)
+    report.pop("arms_read", None)
     return out

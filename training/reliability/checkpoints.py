@@ -18,7 +18,6 @@ look damaged. A checkpoint without a digest file (written before this) loads unc
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -28,25 +27,24 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from training.errors import DiskError
+from training.errors import DISK_ERRNOS, DiskError, disk_message
 from training.runfiles import CHECKPOINT  # noqa: F401 (importable here)
 
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
-DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG)
-FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def disk_error(err: OSError, path: Path) -> DiskError | OSError:
-    """A one-line DiskError for a full, read-only or forbidden directory; else ``err``."""
-    if err.errno not in DISK_ERRORS:
+    """A one-line DiskError for a full, read-only or forbidden directory; else ``err``. It says
+    what is on disk: the last good checkpoint where one exists, else that none was written."""
+    if err.errno not in DISK_ERRNOS:
         return err
-    why = "is full" if err.errno in FULL else "is not writable"
-    return DiskError(
-        err.errno,
-        f"cannot write {path.name}: {path.parent} {why} ({os.strerror(err.errno)}); free space "
-        "or fix the permissions there, or pick another dir with hydra.run.dir=...; the last good "
-        "checkpoint is intact",
+    last = path.with_name(CHECKPOINT)
+    kept = (
+        f"the last good checkpoint {last.name} is intact"
+        if last.is_file()
+        else "no checkpoint of this run is on disk yet"
     )
+    return DiskError(err.errno, disk_message(err, path, kept))
 
 
 # --- writing and reading checkpoints --------------------------------------------------------
@@ -92,8 +90,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             new = file_digest(tmp)
-            old = recorded_digests(path)[:1] if path.is_file() else []
-            write_digests(path, [new, *old])  # either file passes while the rename is under way
+            # the file on disk now, if it is intact (its digest one recorded): either it or the
+            # new one passes while the rename is under way, however many saves a kill cut short
+            on_disk = file_digest(path) if path.is_file() else None
+            old = [on_disk] if on_disk in recorded_digests(path) else []
+            write_digests(path, [new, *old])
             os.replace(tmp, path)
             write_digests(path, [new])
         except OSError as err:
@@ -146,8 +147,15 @@ RESUME_FIX = (
 
 
 def verify(path: Path, fix: str = RESUME_FIX) -> None:
-    """Raise DamagedCheckpoint when ``path`` differs from every digest recorded at its save."""
+    """Raise DamagedCheckpoint when ``path`` differs from every digest recorded at its save, or
+    when its digest file exists but records none (empty, cut, garbled: damage too, never a
+    licence to load unchecked). Only a checkpoint without any digest file loads unchecked."""
     recorded = recorded_digests(path)
+    if not recorded and digest_path(path).exists():
+        raise DamagedCheckpoint(
+            f"checkpoint {path} cannot be checked: its digest file {digest_path(path).name} is "
+            f"empty or unreadable; {fix}"
+        )
     if recorded and file_digest(path) not in recorded:
         raise DamagedCheckpoint(
             f"checkpoint {path} is damaged: its SHA-256 differs from the one recorded when it "
