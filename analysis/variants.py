@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
+from training import runfiles
 
 
 def sort_key(value: Any) -> tuple:
@@ -81,6 +82,14 @@ def differing(group: list[Run]) -> list[str]:
     return sorted(k for k in keys if len({repr(r.settings[k]) for r in group}) > 1)
 
 
+def first_written(run: Run) -> tuple:
+    """The order in which repeats of one seed are kept: the shallowest dir (a backup sits below
+    the sweep's own), then the earliest summary.json (a rerun into new dirs came later)."""
+    summary = run.path / runfiles.SUMMARY
+    written = summary.stat().st_mtime if summary.is_file() else float("inf")
+    return len(run.path.parts), written, str(run.path)
+
+
 def poolable(runs: list[Run], fields: list[str]) -> tuple[list[Run], list[str], list[str]]:
     """The runs a variant may pool as seeds, the fields that tell variants apart, and a line
     for each run left out. Runs of one variant share every setting that changes the numbers but
@@ -89,17 +98,20 @@ def poolable(runs: list[Run], fields: list[str]) -> tuple[list[Run], list[str], 
     "another seed". Each seed counts once: a run with the settings and seed of another (a copy of
     the sweep dir, a rerun into new dirs) is left out, naming the run it repeats. A variant whose
     runs ran different code (summary.json's ``code_version``) is said, not split."""
-    fields = list(fields)
+    fields, splits = list(fields), []
     while True:
         groups = partition(runs, fields)
         split = sorted({k for g in groups.values() for k in differing(g)} - set(fields))
         if not split:
             break
         fields.append(min(split, key=lambda k: (-len(partition(runs, [*fields, k])), k)))
-    kept, said = [], []
+        values = ", ".join(sorted({str(r.params.get(fields[-1])) for r in runs}))
+        splits.append(f"{fields[-1]} differs between runs of one variant ({values}): they are "
+                      "variants of their own, never seeds of one")  # fmt: skip
+    kept, said = [], splits
     for group in partition(runs, fields).values():
         first: dict[str, Run] = {}
-        for run in sorted(group, key=lambda r: (len(r.path.parts), str(r.path))):
+        for run in sorted(group, key=first_written):
             seed = run.seed
             if seed is not None and str(seed) in first:
                 said.append(

@@ -52,10 +52,12 @@ def test_the_best_lr_is_chosen_on_the_grid_and_the_claim_decided_on_fresh_seeds(
     assert v.measured["pre_layernorm"] == pytest.approx(2.508)
     assert v.measured["confirm_seeds"] == {"pre-rmsnorm": 5, "pre-layernorm": 5}
     assert "compared on fresh seeds at that lr" in v.note
-    # Without the confirm setting every seed counts in the choice: the fresh seeds pull
-    # LayerNorm's 1e-3 to 2.48, so it is taken at 3e-3 (2 seeds), RMSNorm at 1e-3 (7 seeds).
+    # Without the confirm setting the choice still reads the grid's seeds only (those run at more
+    # than one rate): the seeds run at 1e-3 alone never pull LayerNorm's choice to 3e-3 (their
+    # mean 2.48 would); the claim then reads every run at the chosen rate, 7 a variant.
     plain = evaluate("f5", report, {})[0]
-    assert plain.intervals["pre rmsnorm - layernorm"]["n"] == [7, 2]
+    assert plain.measured["best_lr"] == {"pre-layernorm": 1e-3, "pre-rmsnorm": 1e-3}
+    assert plain.intervals["pre rmsnorm - layernorm"]["n"] == [7, 7]
 
 
 def test_confirming_runs_at_another_lr_are_no_data() -> None:

@@ -127,7 +127,7 @@ def variant(report: dict, **params: Any) -> dict:
     rows = matching(report.get("variants", []), params, report.get("baseline") or {})
     lrs = [r["params"].get("lr") for r in rows]
     if len(rows) > 1 and "lr" not in params and len(set(lrs)) == len(rows):
-        return at_best_lr(report, rows, params)
+        return read(report, at_best_lr(report, rows, params))
     if len(rows) != 1:
         what = " ".join(f"{k}={v}" for k, v in params.items())
         raise NoData(f"{len(rows)} variants match {what} (need exactly 1)")
@@ -167,7 +167,7 @@ def gate_untrained(verdict: Verdict, arms: list[dict]) -> Verdict:
         f"no arm trained ({'; '.join(names)}: every completed run did not train, e.g. {why}; "
         f"runs {shown}); train longer (trainer.max_steps) so the best arm leaves the plateau"
     )
-    verdict.measured["was"] = verdict.status
+    verdict.measured["before_gate"] = verdict.status
     verdict.status, verdict.note = "NOT TESTABLE", said
     return verdict
 
@@ -195,7 +195,9 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     more than one rate: an arm's or a confirming seed never enters the choice), a diverged seed
     counting as +inf; noted in report["chosen_lrs"] for the verdict."""
     confirm = set(report.get("confirm_seeds") or ())
-    best = best_row([seed_subset(r, confirm, False) for r in on_grid(rows)])
+    chosen_lr = best_row([seed_subset(r, confirm, False) for r in on_grid(rows)])["params"]["lr"]
+    row = next(r for r in rows if r["params"]["lr"] == chosen_lr)
+    best = seed_subset(row, confirm, False)  # every non-confirming run at that rate
     lrs = sorted(r["params"]["lr"] for r in rows)
     chosen = {
         "variant": "-".join(short(k, v) for k, v in params.items()) or "all",
@@ -206,7 +208,6 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     report.setdefault("chosen_lrs", {})[chosen["variant"]] = chosen
     if not confirm:
         return best
-    row = next(r for r in rows if r["params"]["lr"] == best["params"]["lr"])
     fresh = seed_subset(row, confirm, True)
     chosen["confirm_seeds"] = len(finished(fresh))
     if chosen["confirm_seeds"] < MIN_SEEDS:

@@ -287,7 +287,7 @@ BAD = {
     "lr a word": (["optim.lr=abc"], "optim.lr='abc' must be of type float"),
     "seed a float": (["seed=1.5"], "seed=1.5 must be of type int"),
     "batch a float": (["data.batch_size=1e9"], "data.batch_size must be an integer"),
-    "threads < 1": (["num_threads=-1"], "num_threads must be >= 1"),
+    "threads < 1": (["num_threads=-1"], "num_threads must be in [1, "),
     "warmup a float": (["optim.warmup_steps=2.5"], "optim.warmup_steps must be an integer"),
     "probe interval a word": (["+probes.every.grad_norm=often"], "probes.every"),
     "NUL corpus": (["data=text_files", "data.paths=[{nul}]"], "data.paths"),

@@ -1,0 +1,204 @@
+"""Verdicts that cannot pool the wrong runs (the analysis side of reliability round 5): a seed
+counts once, runs with other settings are a variant of their own, a variant mixing code is
+said, a claim none of whose arms trained is NOT TESTABLE, a run without validation is no data,
+an arm's seeds never choose a best rate, and what reaches markdown cannot break it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.findings import evaluate
+from analysis.findings.common import variant
+from analysis.report import compare
+from experiments import reproduce
+from tests.reports import by_id, row
+
+SETTINGS = {"model.name": "gpt", "placement.name": "pre", "trainer.max_steps": 30, "optim.lr": 1e-3,
+            "data.batch_size": 16}  # fmt: skip
+
+
+def run_dir(root: Path, name: str, seed: int, loss: float, code="abc", **changes) -> Path:
+    """A finished run as train.py leaves it: summary.json with its run_config and code_version."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    config = {**SETTINGS, **changes}
+    (run / ".hydra/config.yaml").write_text(
+        "".join(f"{k}: {v}\n" for k, v in {"seed": seed, **nest(config)}.items())
+    )
+    summary = {
+        "status": "completed", "model": "gpt", "placement": "pre", "norm": "layernorm",
+        "n_layer": 2, "lr": 1e-3, "seed": seed, "best_val_loss": loss, "final_val_loss": loss,
+        "run_config": {**config, "seed": seed}, "code_version": code,
+    }  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def nest(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        head, _, tail = key.partition(".")
+        out.setdefault(head, {})[tail] = value
+    return {k: "{" + ", ".join(f"{a}: {b}" for a, b in v.items()) + "}" for k, v in out.items()}
+
+
+def test_a_copy_or_a_rerun_of_a_seed_counts_once(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_dir(sweep, "seed=0", 0, 2.0)
+    run_dir(sweep, "seed=1", 1, 2.2)
+    rerun = run_dir(sweep, "model.n_head=4,seed=0", 0, 2.0)  # extended by a restated default
+    os.utime(rerun / "summary.json", (2e9, 2e9))  # it ran after the sweep's own
+    shutil.copytree(sweep / "seed=1", sweep / "backup" / "seed=1")  # a backup inside the sweep
+    report = compare(sweep, plots=False)
+    (only,) = report["variants"]
+    assert [r["seed"] for r in only["runs"]] == [0, 1] and only["best_val_loss"]["n"] == 2
+    left = "\n".join(report["left_out"])
+    assert "backup/seed=1: the same settings and seed 1 as" in left
+    assert "model.n_head=4,seed=0: the same settings and seed 0" in left
+    assert "counts once" in (sweep / "report" / "report.md").read_text()
+
+
+def test_a_run_with_other_settings_is_a_variant_of_its_own_never_another_seed(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_dir(sweep, "seed=0", 0, 2.0)
+    run_dir(sweep, "seed=1", 1, 2.2)
+    run_dir(sweep, "seed=2", 2, 1.1, **{"trainer.max_steps": 300})
+    run_dir(sweep, "seed=3", 3, 2.1, **{"data.batch_size": 64})
+    report = compare(sweep, plots=False)
+    assert "trainer.max_steps" in report["variant_fields"]
+    assert "data.batch_size" in report["variant_fields"]
+    seeds = sorted(tuple(r["seed"] for r in v["runs"]) for v in report["variants"])
+    assert seeds == [(0, 1), (2,), (3,)]
+    assert any("max_steps=300" in v["label"] for v in report["variants"])
+    assert any("trainer.max_steps differs between runs of one variant (30, 300)" in w
+               for w in report["left_out"])  # fmt: skip
+
+
+def test_a_variant_whose_runs_ran_different_code_says_so(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_dir(sweep, "seed=0", 0, 2.0, code="aaa")
+    run_dir(sweep, "seed=1", 1, 2.2, code="bbb")
+    report = compare(sweep, plots=False)
+    assert len(report["variants"]) == 1 and len(report["variants"][0]["runs"]) == 2
+    assert any("ran different code (code_version aaa, bbb)" in w for w in report["warnings"])
+
+
+def test_train_records_the_code_version() -> None:
+    from training.rundir import code_version
+    from training.summary import FIELDS
+
+    assert "code_version" in FIELDS and len(code_version()) == 12
+
+
+# --- 2, 3: untrained arms, runs without validation -----------------------------------------------
+def f2(values: dict[tuple[str, int], list], untrained: set = frozenset()) -> dict:
+    rows = []
+    for (placement, warmup), losses in values.items():
+        r = row(losses, placement=placement, lr=1e-3, warmup_steps=warmup)
+        for run in r["runs"]:
+            stalled = (placement, warmup) in untrained and run["status"] == "completed"
+            run["did_not_train"] = "ended at 3.300, within 0.1 of the unigram loss 3.26" * stalled
+            run["run_dir"] = f"/s/{placement}-w{warmup}-s{run['seed']}"
+        rows.append(r)
+    return {"variants": rows}
+
+
+ALL = {("pre", 0): [3.30, 3.31], ("pre", 100): [3.30, 3.30],
+       ("post", 0): [3.40, 3.41], ("post", 100): [3.30, 3.32]}  # fmt: skip
+
+
+def test_a_claim_none_of_whose_arms_trained_is_not_testable() -> None:
+    v = by_id(evaluate("f2", f2(ALL, untrained=set(ALL)), {"ref_lr": 1e-3}))
+    for claim in ("F2a", "F2b"):
+        assert v[claim].status == "NOT TESTABLE", v[claim]
+        assert "no arm trained" in v[claim].note and "/s/" not in v[claim].note
+        assert "pre-w0-s0" in v[claim].note or "post-w0-s0" in v[claim].note
+    # One arm stalling while another trains is the result itself (Post-LN without warmup).
+    trained = {**ALL, ("post", 100): [2.5, 2.52], ("pre", 0): [2.5, 2.51], ("pre", 100): [2.5, 2.5]}
+    v = by_id(evaluate("f2", f2(trained, untrained={("post", 0)}), {"ref_lr": 1e-3}))
+    assert v["F2a"].status != "NOT TESTABLE" and v["F2b"].status != "NOT TESTABLE"
+
+
+def test_a_completed_run_without_validation_is_no_data_never_a_divergence() -> None:
+    report = f2({**ALL, ("pre", 100): [None, None]})
+    for run in report["variants"][1]["runs"]:
+        run["status"] = "completed"  # completed, best_val_loss None: no validation ran
+    v = by_id(evaluate("f2", report, {"ref_lr": 1e-3}))
+    assert v["F2b"].status == "NO DATA"
+    assert "2 completed without a validation loss left out" in v["F2b"].note
+
+
+# --- 8: an arm's seeds never choose a best rate -------------------------------------------------
+def test_an_arms_seeds_never_enter_the_best_rate_choice() -> None:
+    grid = row([2.0, 2.0], placement="post", lr=1e-3)
+    high = row([2.1, 2.1, 0.5], placement="post", lr=3e-3)  # seed 2: an arm at this rate only
+    report = {"variants": [grid, high], "chosen_lrs": {}}
+    chosen = variant(report, placement="post")
+    assert chosen["params"]["lr"] == 1e-3
+    assert report["chosen_lrs"]["post"]["best_lr"] == 1e-3
+
+
+# --- 13: markdown ---------------------------------------------------------------------------------
+def test_a_group_name_cannot_break_report_md(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        run = run_dir(sweep, f"seed={seed}", seed, 2.0)
+        summary = json.loads((run / "summary.json").read_text())
+        summary["wandb_group"] = "g`x\n# injected <b>bold</b> | cell"
+        (run / "summary.json").write_text(json.dumps(summary))
+    compare(sweep, plots=False)
+    text = (sweep / "report" / "report.md").read_text()
+    assert "\n# injected" not in text and "``g`x # injected <b>bold</b> | cell``" in text
+
+
+# --- 14, 18, 19: reproduce's command line ---------------------------------------------------------
+@pytest.mark.parametrize("path", ["/home/josé/runs, new/日本", "/tmp/it's", "/tmp/a=b"])
+def test_the_sweep_dir_reaches_hydra_as_one_value(path: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from experiments.sweep import hydra_quoted
+
+    (override,) = OverridesParser.create().parse_overrides(
+        [f"hydra.sweep.dir={hydra_quoted(path)}"]
+    )
+    assert override.value() == path and not override.is_sweep_override()
+
+
+def test_reproduce_takes_its_own_sweep_with_the_values_in_another_order(tmp_path, monkeypatch):
+    from tests.test_reproduce import f2_sweep
+
+    out = tmp_path / "f2"
+    f2_sweep(out, failed=set())
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    assert reproduce.main(["f2", "--out", str(out), "optim.lr=1e-3", "seed=0,1"]) == 0
+    assert reproduce.main(["f2", "--out", str(out), "seed=1,0", "optim.lr=1e-3"]) == 0
+
+
+def test_reproduce_on_a_busy_sweep_dir_names_the_holder(tmp_path, monkeypatch, capsys) -> None:
+    import os
+
+    from tests.test_reproduce import F2_SMALL, f2_sweep
+    from training.dirlock import RunDirLock
+
+    out = tmp_path / "f2"
+    f2_sweep(out, failed={("pre", 100)})
+    lock = RunDirLock(out, "sweep dir")
+    lock.acquire()
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    try:
+        assert reproduce.main(["f2", "--out", str(out), *F2_SMALL]) == 1
+    finally:
+        lock.release()
+    assert f"being written by another process (PID {os.getpid()})" in capsys.readouterr().out
+
+
+def test_a_value_the_experiment_has_no_entry_for_is_one_line(tmp_path, capsys) -> None:
+    code = reproduce.main(["f7", "data.batch_size=5", "--dry-run", "--out", str(tmp_path / "f7")])
+    out = capsys.readouterr().out
+    assert code == 1 and "error: InterpolationKeyError" in out and "at_batch.5" in out
+    assert "Traceback" not in out
