@@ -6,6 +6,8 @@ load torch or Lightning; a run dir's file names are spelled only in training/run
 from __future__ import annotations
 
 import ast
+import json
+import os
 import subprocess
 import sys
 
@@ -147,3 +149,19 @@ def test_probe_metric_names_are_spelled_only_by_their_owner():
         if node.value in spelled
     ]
     assert not found, "use training/metric_names.py: " + "; ".join(found)
+
+
+def test_no_generic_top_level_name_is_installed(tmp_path):
+    """normlab runs from its checkout and installs only its dependencies: outside the checkout
+    none of its package names resolves (no `data` or `models` of ours shadows another's in
+    site-packages, and two checkouts sharing a venv never run each other's code)."""
+    code = (
+        "import importlib.util, json, sys\n"
+        f"print(json.dumps([m for m in {PACKAGES!r} if importlib.util.find_spec(m)]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
