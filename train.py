@@ -10,8 +10,8 @@ Where each concern lives: training/rundir.py (the run dir: lock, skip / resume /
 training/record.py (the run's status and summary.json), training/run_config.py (the config as
 one typed tree, checked once), training/build.py (the tree -> data, model, task, callbacks,
 loggers, trainer), training/fit.py (the fit and the results it records), training/errors.py
-(the one-line error policy), training/launch.py (the command line, DDP under sweeps, the
-sweep's status line).
+(the one-line error policy), training/launch.py (the command line, DDP under sweeps),
+training/sweep.py (the sweep's grid, its checks and its status line).
 
 Each run dir gets metrics.csv, summary.json, last.ckpt (and vocab.json for text). A diverged run
 ends cleanly with status "diverged" and exit code 0; SIGTERM / SIGINT save a checkpoint at the

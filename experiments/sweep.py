@@ -48,7 +48,7 @@ def compose(experiment: str, overrides: list[str]):
 
 def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, in Hydra's launch order; command line overrides replace the
-    experiment's sweep params of the same key, as in train.py -m (training/launch.py: grid)."""
+    experiment's sweep params of the same key, as in train.py -m (training/sweep.py: grid)."""
     from training.sweep import grid
 
     return grid(cfg.hydra.sweeper.params, overrides)

@@ -5,7 +5,7 @@ tests/test_layout.py refuses the literals anywhere else.
     <run_dir>/summary.json          status and results (training/record.py writes and reads it)
     <run_dir>/metrics.csv           one sparse row per logged step (Lightning's CSV logger)
     <run_dir>/last.ckpt             the checkpoint a resume continues (+ .sha256, its digest)
-    <run_dir>/probe.json            the init probe's records (train.py mode=init_probe)
+    <run_dir>/probe.json            the init probe's records (python -m scripts.init_probe)
     <run_dir>/vocab.json            the tokenizer a text run trained with
     <run_dir>/.hydra/config.yaml    the composed config Hydra saved for the attempt
 

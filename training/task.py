@@ -1,7 +1,8 @@
 """Lightning task modules: the optimizer, the learning-rate schedule and what each task logs.
 
-A task wraps one pure-torch model whose forward returns ``(output, loss)``. The shared base owns
-AdamW (weight decay on >=2-D weights only), warmup + schedule stepped per optimizer step,
+A task wraps one pure-torch model whose forward returns ``(output, loss)``. The shared base builds
+the optimizer ``optim.name`` picks (training/optim.py: AdamW, SGD, Adafactor or Muon; weight
+decay on >=2-D weights only), warmup + schedule stepped per optimizer step,
 throughput, best/last metric tracking and divergence; the two tasks add only what they log.
 
 Every metric row of optimizer step s (train/loss, lr, throughput, and the probes) reaches the
