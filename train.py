@@ -7,7 +7,7 @@
     python train.py logger.wandb.mode=online          # stream to wandb (default: offline)
 
 Where each concern lives: training/rundir.py (the run dir: lock, skip / resume / fresh),
-training/record.py (the run's status and summary.json), training/run_config.py (the config as
+runs/record.py (the run's status and summary.json), training/run_config.py (the config as
 one typed tree, checked once), training/build.py (the tree -> data, model, task, callbacks,
 loggers, trainer), training/fit.py (the fit and the results it records), training/errors.py
 (the one-line error policy), training/launch.py (the command line, DDP under sweeps),
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
+from runs.record import Status, result_line
 from training.errors import Interrupted, in_multirun, one_line_errors
 from training.launch import launch_scope, preflight
-from training.record import Status, result_line
 from training.run_config import RunConfig, check_config, typed_config
 from training.sweep import for_the_sweeper, job_outcome
 

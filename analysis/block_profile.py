@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from analysis.runs import run_series
-from training import metric_names as names
+from runs import metric_names as names
 
 
 def last_profile(run_dir: str | Path, n_layer: int) -> dict[str, list[float]] | None:

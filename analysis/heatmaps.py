@@ -23,7 +23,7 @@ from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from analysis import xy  # noqa: E402
 from analysis.runs import Run  # noqa: E402
 from analysis.variants import Variant  # noqa: E402
-from training import metric_names as names  # noqa: E402
+from runs import metric_names as names  # noqa: E402
 
 # metric prefix -> (file name, log color scale)
 HEATMAPS: dict[str, tuple[str, bool]] = {

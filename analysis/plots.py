@@ -35,7 +35,7 @@ from analysis.xy import (  # noqa: E402
     series_colors,
     variant_colors,
 )
-from training import metric_names as names  # noqa: E402
+from runs import metric_names as names  # noqa: E402
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is

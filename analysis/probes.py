@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.runs import CANONICAL, Run, Warnings, finite, flatten, read_json
-from training import metric_names as names
-from training import runfiles
+from runs import metric_names as names
+from runs import runfiles
 
 PARAM_KEYS = ("model", "placement", "norm", "n_layer", "n_embd", "seed", "init")
 # Per-layer values: "grad_norm/layer_3", "act_norm/3", "residual_norm": [..] (after flattening).

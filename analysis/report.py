@@ -27,7 +27,7 @@ from analysis.runs import (
 )
 from analysis.variants import group_variants, md_cell, md_code, poolable, variant_fields
 from analysis.wandb_report import wandb_target
-from training import runfiles
+from runs import runfiles
 
 
 # --- wandb -------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ one sparse row per logged step), .hydra/config.yaml (the composed config) and pr
 init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
 
 The run dir's file names, what counts as a run dir and the one dict flattener are the run-dir
-contract's (training/runfiles.py); the statuses a run can end in (FINISHED) and the summary
-reader are the run record's (training/record.py); the one log-log slope fit is
-training/numbers.py's: the definitions train.py writes with, re-exported here.
+contract's (runs/runfiles.py); the statuses a run can end in (FINISHED) and the summary
+reader are the run record's (runs/record.py); the one log-log slope fit is
+runs/numbers.py's: the definitions train.py writes with, re-exported here.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training import record, runfiles
-from training.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
-from training.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
-from training.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
-from training.settings import is_operational
-from training.summary import metric_fields
+from runs import record, runfiles
+from runs.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
+from runs.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
+from runs.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
+from runs.settings import is_operational
+from runs.summary import metric_fields
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
 # once with the record train.py writes; a failed run (config error, crash) says nothing about
@@ -49,7 +49,7 @@ CANONICAL: dict[str, tuple[str, ...]] = {
 # Config keys that name or place one run rather than describe a variant.
 PER_RUN_KEYS = {"seed", "name", "group", "run_dir", "ckpt_path"}
 # Result fields, in the report's column order: summary.json first, else derived from
-# metrics.csv as (metric, reduction), each declared in training/summary.py.
+# metrics.csv as (metric, reduction), each declared in runs/summary.py.
 RESULTS: dict[str, tuple[str, str]] = {
     name: metric_fields()[name]
     for name in ("best_val_loss", "final_val_loss", "final_train_loss", "best_val_acc")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
-from training import runfiles
+from runs import runfiles
 
 
 def sort_key(value: Any) -> tuple:

@@ -70,7 +70,7 @@ def log_report(
     run lies and how to upload it, or the online run's URL."""
     import wandb
 
-    from training.loggers import check_wandb_online
+    from data.hub import check_wandb_online
 
     target = report["wandb"]
     mode = os.environ.get("WANDB_MODE") or target["mode"]

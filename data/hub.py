@@ -1,4 +1,4 @@
-"""Hugging Face hub access that fails in seconds, in one line, when the hub is out of reach.
+"""Hugging Face hub and wandb access that fails in seconds, in one line, when out of reach.
 
 ``datasets`` and ``huggingface_hub`` retry for minutes on a blackholed network and print pages of
 traceback offline; a researcher needs one line saying what to do instead. So every hub load first
@@ -85,3 +85,24 @@ def load_hub_dataset(
         raise ValueError(
             f"{where}: {reason}; check data.hf_id, data.hf_config and the split"
         ) from err
+
+
+# --- wandb online --------------------------------------------------------------------------------
+WANDB_TIMEOUT_S = 3.0
+
+
+class Unreachable(ValueError):
+    """A service a run was told to reach online is out of reach; the message names the fix."""
+
+
+def check_wandb_online(mode: str | None) -> None:
+    """wandb online without a network would retry for minutes: fail in seconds instead."""
+    if (mode or os.environ.get("WANDB_MODE", "online")) != "online":
+        return
+    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
+    if not reachable(host, port, WANDB_TIMEOUT_S):
+        raise Unreachable(
+            f"logger.wandb.mode=online but {host} is unreachable (tried {WANDB_TIMEOUT_S:g}s); "
+            "use logger.wandb.mode=offline and `wandb sync <run_dir>/wandb/offline-run-*` later"
+        )

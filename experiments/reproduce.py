@@ -46,8 +46,8 @@ from experiments.verdicts import (
     verdict_stem,
     write_verdicts,
 )
-from training import runfiles
-from training.record import Outcome, Status
+from runs import runfiles
+from runs.record import Outcome, Status
 
 SIZES = ("cpu", "gpu")
 SWEEPS = ROOT / "multirun" / "reproduce"  # each finding's sweep dir, by default
@@ -164,8 +164,8 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
 def busy(out: Path) -> str | None:
     """Why ``out`` cannot take a sweep now (another sweep holds its lock, named by PID), or None;
     said here in one line, not only in sweep.log once the sweep stopped."""
-    from training.dirlock import RunDirLock
-    from training.errors import Refused
+    from runs.dirlock import RunDirLock
+    from runs.errors import Refused
 
     if not out.is_dir():
         return None

@@ -5,6 +5,7 @@ experiments/reproduce.py drives it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,9 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from analysis.runs import FINISHED, read_summary, status_of
 from models.flops import training_flops_per_token
-from training import runfiles
-from training.launch import die_with_parent, job_dir
-from training.record import Outcome, Status
+from runs import runfiles
+from runs.jobs import job_dir
+from runs.record import Outcome, Status
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout
 console = Console(soft_wrap=True)  # log files keep one line per message
@@ -49,7 +50,7 @@ def compose(experiment: str, overrides: list[str]):
 def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, in Hydra's launch order; command line overrides replace the
     experiment's sweep params of the same key, as in train.py -m (training/sweep.py: grid)."""
-    from training.sweep import grid
+    from runs.jobs import grid
 
     return grid(cfg.hydra.sweeper.params, overrides)
 
@@ -172,6 +173,16 @@ ESTIMATE = "on a 2-core machine like the reference one (docs/reproducing.md: mea
 
 def clock(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when its parent dies, however it dies (Linux's parent-death signal);
+    elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def hydra_quoted(value: str) -> str:

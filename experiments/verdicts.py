@@ -18,7 +18,7 @@ from analysis.findings.common import SIDE_TEXT
 from analysis.runs import FINISHED
 from analysis.variants import md_cell
 from experiments.sweep import console
-from training.record import write_atomic
+from runs.record import write_atomic
 
 
 # --- verdicts ------------------------------------------------------------------------------------

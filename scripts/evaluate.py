@@ -27,7 +27,7 @@ import json
 import logging
 import warnings
 
-from training import runfiles
+from runs import runfiles
 
 CONFIG = runfiles.CONFIG
 
@@ -37,7 +37,7 @@ def run_config(run_dir: Path, recorded: dict | None = None):
     back; ``run_dir`` stands in for Hydra's output dir."""
     from omegaconf import OmegaConf
 
-    from training.errors import ConfigError
+    from runs.errors import ConfigError
 
     path = run_dir / CONFIG
     if not path.is_file():
@@ -56,8 +56,8 @@ def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
 
+    from runs.errors import ConfigError
     from training.build import build_data
-    from training.errors import ConfigError
     from training.reliability.checkpoints import read_checkpoint, resume_state
     from training.run_config import typed_config
     from training.threads import set_threads

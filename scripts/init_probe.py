@@ -24,9 +24,10 @@ import hydra
 import lightning.pytorch as L
 from omegaconf import DictConfig
 
-from training import runfiles
+from runs import runfiles
+from runs.errors import ConfigError
 from training.build import build_data, model_config
-from training.errors import BUILD_ERRORS, ConfigError, one_line_errors
+from training.errors import BUILD_ERRORS, one_line_errors
 from training.init_probe import format_table, init_probe, write_probe_json
 from training.launch import preflight
 from training.run_config import typed_config

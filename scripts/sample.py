@@ -23,7 +23,7 @@ import torch
 
 from data.text import load_vocab
 from models.gpt import GPT
-from training import runfiles
+from runs import runfiles
 
 
 @torch.no_grad()
@@ -52,7 +52,7 @@ def generate(
 
 def load_run(run_dir: Path) -> GPT:
     """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
-    from training.errors import ConfigError
+    from runs.errors import ConfigError
     from training.reliability.checkpoints import read_checkpoint
     from training.task import LanguageModelTask
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> str:
 
 
 def sample_main(argv: list[str] | None = None) -> str:
-    from training.errors import ConfigError
+    from runs.errors import ConfigError
 
     p = argparse.ArgumentParser(
         prog="python -m scripts.sample",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from analysis.wandb_report import lr_table
+from runs.record import PLATEAU_MARGIN, did_not_train
 from scripts import compare
-from training.record import PLATEAU_MARGIN, did_not_train
 
 UNIGRAM = 3.26
 

@@ -1,7 +1,8 @@
 """The house rules of the tree: no import cycles anywhere, and dependencies point one way,
-scripts -> experiments -> analysis -> training's run-dir contract, scripts -> training ->
-(models, data); models/ imports only torch and itself; neither the analysis nor the experiments
-load torch or Lightning; a run dir's file names are spelled only in training/runfiles.py."""
+scripts -> experiments -> analysis -> runs (the run-dir contract), scripts -> training ->
+(models, data, runs); models/ imports only torch and itself; runs/ imports no other package of
+ours and neither torch nor Lightning; neither the analysis nor the experiments import training/
+or load torch or Lightning; a run dir's file names are spelled only in runs/runfiles.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 from tests.conftest import ROOT
 from tests.helpers import find_cycle
 
-PACKAGES = ("models", "data", "training", "analysis", "experiments", "scripts")
+PACKAGES = ("models", "data", "runs", "training", "analysis", "experiments", "scripts")
 
 
 def module_name(path) -> str:
@@ -51,9 +52,10 @@ def test_dependencies_point_one_way():
     allowed = {
         "models": {"models"},
         "data": {"data"},
-        "training": {"training", "models", "data"},
-        "analysis": {"analysis", "training"},
-        "experiments": {"experiments", "analysis", "training", "models"},
+        "runs": {"runs"},
+        "training": {"training", "models", "data", "runs"},
+        "analysis": {"analysis", "runs", "data"},  # data.hub: is wandb online
+        "experiments": {"experiments", "analysis", "runs", "models"},  # models.flops: estimates
     }
     for module, deps in project_imports().items():
         package = module.split(".")[0]
@@ -72,11 +74,12 @@ def test_models_import_only_torch_and_the_standard_library():
         assert roots <= {"torch"} | stdlib, f"{module} imports {roots - stdlib - {'torch'}}"
 
 
-def test_the_analysis_and_the_experiments_load_neither_torch_nor_lightning():
-    """analysis/ reads run dirs through the torch-free contract (training/record.py,
-    training/runfiles.py), and experiments/ launches train.py in a subprocess: a report, a
+def test_the_contract_the_analysis_and_the_experiments_load_neither_torch_nor_lightning():
+    """analysis/ reads run dirs through the torch-free contract (runs/record.py,
+    runs/runfiles.py), and experiments/ launches train.py in a subprocess: a report, a
     verdict or a sweep's estimate never waits on torch's import."""
-    modules = sorted(m for m in project_imports() if m.split(".")[0] in ("analysis", "experiments"))
+    rooms = ("runs", "analysis", "experiments")
+    modules = sorted(m for m in project_imports() if m.split(".")[0] in rooms)
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
@@ -84,13 +87,13 @@ def test_the_analysis_and_the_experiments_load_neither_torch_nor_lightning():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", f"importing analysis/ loaded {out.stdout.strip()}"
+    assert out.stdout.strip() == "[]", f"importing {rooms} loaded {out.stdout.strip()}"
 
 
 RUN_FILES = (
     "summary.json", "metrics.csv", "last.ckpt", "probe.json", "vocab.json", ".hydra/config.yaml"
 )  # fmt: skip
-OWNER = "training/runfiles.py"
+OWNER = "runs/runfiles.py"
 
 
 def string_constants(tree: ast.AST) -> list[ast.Constant]:
@@ -112,7 +115,7 @@ def test_run_dir_file_names_are_spelled_only_by_their_owner():
     # data/ names its token cache's own files (a cache entry is not a run dir)
     rooms = [
         p
-        for pkg in ("training", "analysis", "experiments", "scripts")
+        for pkg in ("runs", "training", "analysis", "experiments", "scripts")
         for p in (ROOT / pkg).rglob("*.py")
     ]
     found = []
@@ -126,7 +129,7 @@ def test_run_dir_file_names_are_spelled_only_by_their_owner():
 
 
 def test_the_owner_names_every_run_file():
-    from training import runfiles
+    from runs import runfiles
 
     named = {runfiles.SUMMARY, runfiles.METRICS, runfiles.CHECKPOINT, runfiles.PROBE}
     named |= {runfiles.VOCAB, runfiles.CONFIG}
@@ -134,9 +137,9 @@ def test_the_owner_names_every_run_file():
 
 
 def test_probe_metric_names_are_spelled_only_by_their_owner():
-    """The probes write and the analysis reads the names in training/metric_names.py: a name
+    """The probes write and the analysis reads the names in runs/metric_names.py: a name
     restated as a string in a reader drifts from its writer unseen."""
-    from training import metric_names
+    from runs import metric_names
 
     spelled = {
         v for k, v in vars(metric_names).items() if k.isupper() and isinstance(v, str) and "/" in v
@@ -148,7 +151,7 @@ def test_probe_metric_names_are_spelled_only_by_their_owner():
         for node in string_constants(ast.parse(path.read_text()))
         if node.value in spelled
     ]
-    assert not found, "use training/metric_names.py: " + "; ".join(found)
+    assert not found, "use runs/metric_names.py: " + "; ".join(found)
 
 
 def test_no_generic_top_level_name_is_installed(tmp_path):

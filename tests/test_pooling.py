@@ -89,8 +89,8 @@ def test_a_variant_whose_runs_ran_different_code_says_so(tmp_path: Path) -> None
 
 
 def test_train_records_the_code_version() -> None:
+    from runs.summary import FIELDS
     from training.rundir import code_version
-    from training.summary import FIELDS
 
     assert "code_version" in FIELDS and len(code_version()) == 12
 
@@ -182,8 +182,8 @@ def test_reproduce_takes_its_own_sweep_with_the_values_in_another_order(tmp_path
 def test_reproduce_on_a_busy_sweep_dir_names_the_holder(tmp_path, monkeypatch, capsys) -> None:
     import os
 
+    from runs.dirlock import RunDirLock
     from tests.test_reproduce import F2_SMALL, f2_sweep
-    from training.dirlock import RunDirLock
 
     out = tmp_path / "f2"
     f2_sweep(out, failed={("pre", 100)})

@@ -83,7 +83,7 @@ def test_model_init_from_starts_training_from_the_checkpoint(tmp_path, compose_c
 
     import train
     from data import TextDataConfig, TextDataModule
-    from training.errors import ConfigError
+    from runs.errors import ConfigError
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(
@@ -177,7 +177,7 @@ def test_the_init_checkpoint_is_part_of_the_runs_identity(tmp_path, compose_cfg,
     import shutil
 
     import train
-    from training.errors import Refused
+    from runs.errors import Refused
 
     def save(seed: int, where):
         torch.manual_seed(seed)

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 import train
 from data.text import TextDataConfig, TextDataModule, load_vocab
 from models.gpt import GPT, GPTConfig
+from runs.errors import ConfigError
 from scripts import evaluate, sample
 from training.build import build_callbacks
-from training.errors import ConfigError
 from training.loggers import build_loggers, job_type
 from training.run_config import typed_config
 from training.task import ImageClassificationTask, LanguageModelTask, OptimConfig

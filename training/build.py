@@ -21,9 +21,11 @@ from torch import nn
 
 from models import pretrained
 from models.gpt import GPT
+from runs.errors import ConfigError
+from runs.runfiles import CHECKPOINT, VOCAB
 from training.console import header_line
 from training.divergence import Divergence
-from training.errors import BUILD_ERRORS, ConfigError, launched_as_rank_zero
+from training.errors import BUILD_ERRORS, launched_as_rank_zero
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
@@ -33,7 +35,6 @@ from training.reliability.progress import StepProgressBar, step_progress
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.run_config import RunConfig
 from training.rundir import RunDir
-from training.runfiles import CHECKPOINT, VOCAB
 
 
 def build_data(run: RunConfig) -> L.LightningDataModule:

@@ -14,48 +14,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import types
 import typing
 from collections.abc import Iterable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.errors import ConfigError, closest
+from runs.errors import ConfigError
+from runs.schema import ROOT, keys_of
+from runs.types import type_name, type_ok
+from training.errors import closest
 from training.optim_config import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
-from training.schema import ROOT, keys_of
-
-
-def type_ok(value: Any, hint: Any) -> bool:
-    """Whether ``value`` (a plain YAML value) fits the annotation ``hint``."""
-    if hint is Any:
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(type_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    args = typing.get_args(hint)
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            return False
-        inner = args[0] if args else Any
-        return all(type_ok(v, inner) for v in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(type_ok(v, args[1]) for v in value.values())
-    return True  # anything else: the dataclass checks it
-
-
-def type_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
 def finite(value: Any) -> bool:
@@ -122,7 +91,7 @@ def node_to(
 
 
 # --- the root of the config ------------------------------------------------------------------
-GROUPS, SECTIONS = keys_of("group"), keys_of("section")  # training/schema.py: ROOT
+GROUPS, SECTIONS = keys_of("group"), keys_of("section")  # runs/schema.py: ROOT
 SCALARS: dict[str, Any] = {k: ROOT[k].type for k in keys_of("scalar")}
 TRAINER_INTS = ("max_steps", "log_every_n_steps", "accumulate_grad_batches", "num_sanity_val_steps")
 SEED_MAX = 2**32 - 1

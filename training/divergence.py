@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from training.record import ReportsToRecord, RunRecord, Status, record_of
+from runs.record import ReportsToRecord, RunRecord, Status, record_of
 from training.run_config import CHECKPOINT_POLICIES, DivergenceConfig  # noqa: F401 (importable here)
 
 
@@ -28,7 +28,7 @@ class Divergence(ReportsToRecord, Callback):
     """Stops a run at the first optimizer step whose loss or gradient is non-finite, or whose loss
     exceeds ``loss_factor`` x the reference (the mean of the first ``ref_steps`` finite losses).
 
-    Contract: at that step s the run's record (training/record.py) goes to diverged at s, with
+    Contract: at that step s the run's record (runs/record.py) goes to diverged at s, with
     the reason, through ``pl_module.mark_diverged(s, reason)`` (a module without one gets a
     record of its own, ``pl_module.record``), and ``trainer.should_stop`` ends the fit cleanly.
     Non-finite gradients skip the update (grads set to None), so weights stay finite; under an

@@ -24,20 +24,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from training.record import Outcome
+from runs.errors import ConfigError, Refused
+from runs.record import Outcome
 
 # What building a run raises for bad input (OSError: missing files, the hub offline).
 BUILD_ERRORS = (TypeError, ValueError, OSError)
 # Set in a parallel sweep's worker process once the sweep's own process is gone.
 SWEEP_GONE = threading.Event()
-
-
-class ConfigError(ValueError):
-    """A config or run dir that cannot run; the message names the fix."""
-
-
-class Refused(ConfigError):
-    """A run dir that this attempt may not write: other settings, or another writer."""
 
 
 class DiskError(OSError):

@@ -14,9 +14,9 @@ import lightning.pytorch as L
 from torch import nn
 
 from models.kernels import kernel_used
+from runs.record import RunRecord, Status, did_not_train
 from training.mfu import utilization
 from training.probes import probe_summary
-from training.record import RunRecord, Status, did_not_train
 from training.reliability.resume import ResumeCheckpoint
 from training.task import TrainTask
 

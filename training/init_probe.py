@@ -33,7 +33,7 @@ from torch import nn
 
 from models.gpt import GPTConfig
 from models.vit import ViTConfig
-from training.numbers import log_slope
+from runs.numbers import log_slope
 from training.specs import spec_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]

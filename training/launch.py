@@ -10,16 +10,14 @@
   sweep launches its own processes.
 - The sweep as a whole (its grid, its checks, its status line, a search's objective):
   training/sweep.py.
-- ``job_dir``: a sweep job's directory is named by its overrides (``model.n_layer=6,seed=0``),
-  not its job number, so a sweep extended by a seed or a depth finds its finished runs;
-  ``path_safe`` keeps every such name inside the sweep dir (every character but letters, digits
-  and ``._=,+-`` becomes ``_``).
+- The ``job_dir`` resolver: a sweep job's directory is named by its overrides
+  (runs/jobs.py: ``model.n_layer=6,seed=0``), not its job number, so a sweep extended by a seed
+  or a depth finds its finished runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import signal
@@ -33,9 +31,9 @@ from typing import Any
 
 from omegaconf import OmegaConf, read_write
 
+from runs.jobs import job_dir, path_safe
+from runs.schema import ROOT
 from training.errors import SWEEP_GONE, in_multirun
-from training.schema import ROOT
-from training.settings import is_operational
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -96,45 +94,6 @@ def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
                 )
 
 
-def path_safe(name: str) -> str:
-    """``name`` as one directory name: no separators, no leading dot (so no ``..``)."""
-    safe = re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(name))
-    return "_" + safe if safe.startswith(".") or not safe else safe
-
-
-# Longest job dir name kept as it is; longer ones keep their start and a digest of the whole.
-MAX_DIR_NAME = 240  # a file name holds 255 bytes; .jobs/ adds ".json"
-# Keys every job dir names, from the config when the job does not override them: a sweep over
-# placements finds its runs again once seeds or depths are added (seed=0 was there all along).
-ALWAYS_NAMED = ("model.n_layer", "seed")
-
-
-def job_dir(overrides: Sequence[str], config: Any = None) -> str:
-    """A sweep job's directory name: the job's overrides (command line and sweep params) sorted,
-    without those that leave the result alone (``rundir.OPERATIONAL``: threads, loggers,
-    probes, ...; ``init_probe.*`` stays, being what scripts/init_probe.py's jobs run), plus
-    ``ALWAYS_NAMED``'s keys from ``config`` where not overridden, e.g.
-    ``model.n_layer=6,placement=post,seed=0``. Named by what the job runs rather than by its
-    place in the sweep, a rerun that adds a seed or a depth (or changes threads or loggers)
-    finds the runs it finished before."""
-    kept: dict[str, str] = {}
-    for item in map(str, overrides):
-        key = item.lstrip("+~").partition("=")[0]
-        left_out = is_operational(key) and not key.startswith("init_probe")
-        if not (key.startswith(("hydra.", "hydra/")) or left_out):
-            kept[item] = key
-    for key in ALWAYS_NAMED:
-        value = OmegaConf.select(config, key) if config is not None else None
-        if value is not None and key not in kept.values():
-            kept[f"{key}={value}"] = key
-    text = ",".join(sorted(kept))
-    safe = path_safe(text)
-    if len(safe) <= MAX_DIR_NAME:
-        return safe
-    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-    return f"{safe[: MAX_DIR_NAME - 11]}-{digest}"
-
-
 def job_dir_resolver(overrides: Sequence[str], *, _root_: Any) -> str:
     """``${job_dir:${hydra.overrides.task}}``: job_dir with the job's own config."""
     return job_dir(overrides, _root_)
@@ -167,7 +126,7 @@ for _name, _resolver in (
 
 
 def root_keys() -> set[str]:
-    """The keys a plain ``key=value`` may set at the root (training/schema.py: ROOT)."""
+    """The keys a plain ``key=value`` may set at the root (runs/schema.py: ROOT)."""
     return set(ROOT)
 
 
@@ -359,16 +318,6 @@ def launch_scope(run_dir: Path) -> Iterator[None]:
 
 SWEEP_PID = "NORMLAB_SWEEP_PID"  # the sweep's own process, for its workers to follow
 _following = False  # this process watches its sweep already
-
-
-def die_with_parent() -> None:
-    """SIGTERM this process when its parent dies, however it dies (Linux's parent-death signal);
-    elsewhere nothing."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def follow_the_sweep() -> None:

@@ -22,25 +22,23 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import OmegaConf
 
-from data.hub import reachable
+from data.hub import check_wandb_online
+from runs.runfiles import CHECKPOINT
+from runs.runfiles import wandb_group as group_rule
+from runs.settings import is_operational
+from runs.summary import wandb_fields
 from training.reliability.metrics_csv import ResumableCSVLogger
 from training.run_config import RunConfig
-from training.runfiles import CHECKPOINT
-from training.runfiles import wandb_group as group_rule
-from training.settings import is_operational
-from training.summary import wandb_fields
 
-WANDB_TIMEOUT_S = 3.0
 # Panel sections (metric prefixes) drawn against the optimizer step.
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
 SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
-# summary.json fields copied into the wandb run table (declared in training/summary.py).
+# summary.json fields copied into the wandb run table (declared in runs/summary.py).
 SUMMARY_FIELDS = wandb_fields()
 SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}
 STEP_AXIS = "trainer/global_step"  # WandbLogger logs the step under this name
@@ -137,19 +135,6 @@ def unnamed(run: RunConfig, overrides: list[str] | None) -> list[str]:
         if key not in shown and f"{key}.name" not in shown:
             extra.append(item)
     return sorted(extra)
-
-
-def check_wandb_online(mode: str | None) -> None:
-    """wandb online without a network would retry for minutes: fail in seconds instead."""
-    if (mode or os.environ.get("WANDB_MODE", "online")) != "online":
-        return
-    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
-    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
-    if not reachable(host, port, WANDB_TIMEOUT_S):
-        raise LoggerError(
-            f"logger.wandb.mode=online but {host} is unreachable (tried {WANDB_TIMEOUT_S:g}s); "
-            "use logger.wandb.mode=offline and `wandb sync <run_dir>/wandb/offline-run-*` later"
-        )
 
 
 def build_loggers(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from training import metric_names as names
+from runs import metric_names as names
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.config import ImageDataConfig, TextDataConfig
 from models.config import GPTConfig, NormConfig, PlacementConfig, ViTConfig
+from runs.errors import ConfigError
 from training.config import (
     check_run_length,
     check_top_level,
@@ -37,7 +38,7 @@ from training.config import (
     node_to,
     optim_config,
 )
-from training.errors import BUILD_ERRORS, ConfigError
+from training.errors import BUILD_ERRORS
 from training.optim_config import OptimConfig
 from training.probe_config import ProbeConfig
 from training.specs import MODELS, ModelSpec

@@ -35,17 +35,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from training.dirlock import RunDirLock
+from runs.dirlock import RunDirLock
+from runs.errors import ConfigError, Refused
+from runs.record import RunRecord, finished, read_summary, write_atomic
+from runs.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
+from runs.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 from training.errors import (
     BUILD_ERRORS,
     SIGNALS,
-    ConfigError,
     Interrupted,
-    Refused,
     launched_as_rank_zero,
     signals_interrupt,
 )
-from training.record import RunRecord, finished, read_summary, write_atomic
 from training.reliability.checkpoints import (
     CHECKPOINT,
     check_fits,
@@ -53,8 +54,6 @@ from training.reliability.checkpoints import (
     read_checkpoint,
     resume_state,
 )
-from training.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
-from training.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
 from training.specs import MODELS
 
 

@@ -14,13 +14,12 @@ the status line at its end, and what a searching sweeper (Optuna) gets back from
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 import os
 import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,10 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from runs.jobs import grid, job_dir
+from runs.record import BAD_OUTCOMES, Outcome
 from training.errors import launched_as_rank_zero
-from training.launch import SWEEP_PID, job_dir
-from training.record import BAD_OUTCOMES, Outcome
+from training.launch import SWEEP_PID
 
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
 
@@ -41,7 +41,7 @@ def check_grid_once(config: DictConfig) -> None:
     same check, refuse the sweep once, before any job starts, instead of once per job."""
     from hydra import compose
 
-    from training.errors import ConfigError
+    from runs.errors import ConfigError
     from training.run_config import check_config
 
     messages = set()
@@ -63,26 +63,6 @@ def check_grid_once(config: DictConfig) -> None:
 def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:
     """One record per job of this launch, numbered: two jobs never share one."""
     return sweep_dir / OUTCOMES / f"{num:05d}-{Path(job_dir).name}.json"
-
-
-def grid(params: Any, overrides: Sequence[str]) -> list[list[str]]:
-    """Each job's overrides, in launch order, as Hydra's basic sweeper expands a sweep: the
-    sweeper's ``params`` first, then the command line's ``overrides``, which replace a param of
-    the same key; the cartesian product of every swept value. Hydra's public parser only."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    given = {}
-    for args in ([f"{k}={v}" for k, v in (params or {}).items()], list(overrides)):
-        for override in parser.parse_overrides(args):
-            given[override.get_key_element()] = override
-    axes = [
-        [f"{key}={v}" for v in o.sweep_string_iterator()]
-        if o.is_sweep_override()
-        else [f"{key}={o.get_value_element_as_str()}"]
-        for key, o in given.items()
-    ]
-    return [list(job) for job in itertools.product(*axes)]
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
@@ -121,8 +101,8 @@ class SweepStatus(HydraCallback):
             check_grid_once(config)
         sweep_dir = Path(config.hydra.sweep.dir)
         if launched_as_rank_zero():  # one sweep at a time in a sweep dir (its .jobs/ too)
-            from training.dirlock import RunDirLock
-            from training.errors import Refused
+            from runs.dirlock import RunDirLock
+            from runs.errors import Refused
 
             sweep_dir.mkdir(parents=True, exist_ok=True)
             self._lock = RunDirLock(sweep_dir, "sweep dir", "another hydra.sweep.dir")

@@ -28,7 +28,7 @@ from analysis.findings.common import (
     variant,
 )
 from analysis.runs import read_summary, run_series
-from training import metric_names as names
+from runs import metric_names as names
 
 EARLY_FRACTION = 0.05  # "early": the first 5% of training
 

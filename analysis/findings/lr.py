@@ -29,7 +29,7 @@ from analysis.findings.common import (
 from analysis.findings.stability import no_divergence
 from analysis.lr_sweep import capped, sensitivity
 from analysis.runs import run_series
-from training import metric_names as names
+from runs import metric_names as names
 
 # --- F6: attention logit growth and LR sensitivity (Wortsman et al. 2023) ------------------------
 # LR sensitivity, as Wortsman et al. define it: E_lr[min(l(lr), l0) - l*] over the swept learning

@@ -40,7 +40,7 @@ from analysis.findings.common import (
     variant,
 )
 from analysis.runs import Series, run_series
-from training import metric_names as names
+from runs import metric_names as names
 
 MIN_LRS = 4  # F12 reads log Z against the lr: at least four rates
 KIM, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Zhai et al. 2023"

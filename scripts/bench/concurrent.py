@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from training import runfiles
-from training.record import read_summary
+from runs import runfiles
+from runs.record import read_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP: list[int] = []  # the signal that asked us to stop, once one did

@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from analysis.runs import run_series
-from training import runfiles
-from training.record import read_summary
+from runs import runfiles
+from runs.record import read_summary
 
 
 def val_curve(run_dir: Path) -> tuple[list[int], list[float]]:

@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from training import runfiles
-from training.record import read_summary
+from runs import runfiles
+from runs.record import read_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = ((32, 128), (64, 1024))  # (batch, block): the default job, GPT-2 small

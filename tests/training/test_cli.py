@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import train
+from runs.errors import ConfigError
 from tests.conftest import ROOT
-from training.errors import ConfigError
 from training.launch import overrides_of, preflight
 
 

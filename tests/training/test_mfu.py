@@ -10,7 +10,7 @@ import pytest
 import train
 import training.mfu as mfu
 from models.gpt import GPT, GPTConfig
-from training.record import result_line
+from runs.record import result_line
 
 
 def test_flops_per_token_matches_a_hand_count():

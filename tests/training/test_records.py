@@ -9,7 +9,7 @@ import json
 import pytest
 
 import train
-from training.errors import ConfigError, Refused
+from runs.errors import ConfigError, Refused
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

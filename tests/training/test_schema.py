@@ -1,4 +1,4 @@
-"""The config's root declared once (training/schema.py): conf/ holds exactly its keys, each of
+"""The config's root declared once (runs/schema.py): conf/ holds exactly its keys, each of
 its kind; the operational settings, the root check and the command line's preflight derive from
 it; every section is checked key by key, reproduce included."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runs.errors import ConfigError
+from runs.schema import ROOT, keys_of
+from runs.settings import OPERATIONAL, is_operational
 from training.config import check_top_level
-from training.errors import ConfigError
 from training.launch import NOT_OPTIONS, preflight
 from training.run_config import typed_config
-from training.schema import ROOT, keys_of
-from training.settings import OPERATIONAL, is_operational
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -76,7 +76,7 @@ def test_every_value_is_checked_before_torch_loads() -> None:
     code = f"""
 import sys
 from hydra import compose, initialize_config_dir
-from training.errors import ConfigError
+from runs.errors import ConfigError
 from training.run_config import check_config
 bad = [["model.n_layer=0"], ["norm=groupnorm", "norm.groups=5"], ["optim.lr=abc"],
        ["norm=dyt", "norm.alpha=-1"], ["model.activation=tanh"], ["probes.enabled=[nope]"],

@@ -1,4 +1,4 @@
-"""summary.json's fields declared once (training/summary.py): the check finds an undeclared field
+"""summary.json's fields declared once (runs/summary.py): the check finds an undeclared field
 and a value of another type, the wandb table and the report's result columns derive from the
 declaration, and every field a kind, the init probe or a probe records is declared.
 (tests/training/test_train.py holds a GPT and a ViT run's summary.json to it.)"""
@@ -6,9 +6,9 @@ declaration, and every field a kind, the init probe or a probe records is declar
 from __future__ import annotations
 
 from analysis.runs import PROBE_RESULTS, RESULTS
+from runs.summary import FIELDS, problems
 from training.loggers import SUMMARY_FIELDS
 from training.specs import MODELS
-from training.summary import FIELDS, problems
 
 
 def test_problems_name_an_undeclared_field_and_a_wrong_type() -> None:
@@ -18,7 +18,7 @@ def test_problems_name_an_undeclared_field_and_a_wrong_type() -> None:
     assert sorted(problems(bad)) == [
         "runs={'a': 1}: not of type list[Any]",
         "steps='3': not of type int",
-        "stpes: not a declared summary field (training/summary.py)",
+        "stpes: not a declared summary field (runs/summary.py)",
     ]
 
 

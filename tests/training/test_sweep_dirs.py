@@ -72,7 +72,7 @@ def test_the_grid_is_the_basic_sweepers_for_every_experiment(extra):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from experiments import sweep as reproduce_sweep
-    from training.sweep import grid
+    from runs.jobs import grid
 
     for path in sorted((Path(ROOT) / "conf" / "experiment").glob("*.yaml")):
         params = reproduce_sweep.compose(path.stem, []).hydra.sweeper.params
@@ -155,7 +155,7 @@ def test_a_search_goes_on_past_a_diverged_trial(tmp_path):
 def test_a_second_sweep_into_a_busy_sweep_dir_is_refused_up_front(tmp_path):
     """Two sweeps on one dir would each count the other's jobs as theirs: the second is refused
     in one line before any job starts, naming the holder."""
-    from training.dirlock import RunDirLock
+    from runs.dirlock import RunDirLock
 
     lock = RunDirLock(tmp_path, "sweep dir", "another hydra.sweep.dir")
     lock.acquire()  # held by this process, as a running sweep holds it

@@ -25,6 +25,8 @@ from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.norms import NORMS
 from models.placement import PLACEMENTS
+from runs.errors import ConfigError
+from runs.summary import problems as summary_problems
 from tests.conftest import (
     ROOT,  # noqa: E402
     TINY_RUN,
@@ -32,13 +34,11 @@ from tests.conftest import (
 from training.build import allow_tf32
 from training.config import gpu_accelerator, node_to, optim_config
 from training.divergence import DivergenceConfig
-from training.errors import ConfigError
 from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from training.optim import OPTIMIZERS, OptimConfig
 from training.probes import ProbeConfig
 from training.specs import MODELS
-from training.summary import problems as summary_problems
 from training.task import LanguageModelTask
 
 CONF = ROOT / "conf"
@@ -222,7 +222,7 @@ def test_run_writes_the_run_dir(model, tmp_path):
     ]
     fields += ["best_val_acc", "samples_per_s"] if model == "vit" else ["tokens_per_s"]
     assert set(fields) <= set(summary)
-    assert summary_problems(on_disk) == []  # every field declared in training/summary.py
+    assert summary_problems(on_disk) == []  # every field declared in runs/summary.py
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert summary["diverged_at_step"] is None and summary["model"] == model
     assert math.isfinite(summary["final_val_loss"]) and summary["best_val_loss"] is not None

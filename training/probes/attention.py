@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from training import metric_names as names
+from runs import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from training import metric_names as names
+from runs import metric_names as names
 from training.probes.common import blocks_of, log_to_loggers, to_floats
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 
-from training import metric_names as names
+from runs import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from runs.runfiles import CHECKPOINT  # noqa: F401 (importable here)
 from training.errors import DISK_ERRNOS, DiskError, disk_message
-from training.runfiles import CHECKPOINT  # noqa: F401 (importable here)
 
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Checkpoint
 
-from training.record import record_of
+from runs.record import record_of
 from training.reliability.checkpoints import STATE_KEY
 
 

@@ -18,10 +18,11 @@ from omegaconf import OmegaConf
 
 import models.gpt
 import train
+from runs.errors import ConfigError, Refused
+from runs.jobs import MAX_DIR_NAME, job_dir, path_safe
 from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows, signal_at_step
-from training.errors import ConfigError, Interrupted, Refused
-from training.launch import MAX_DIR_NAME, job_dir, path_safe
+from training.errors import Interrupted
 from training.reliability.checkpoints import read_checkpoint
 from training.reliability.metrics_csv import keep_rows_below
 from training.rundir import RunDirLock, fingerprint
@@ -226,7 +227,7 @@ def test_a_killed_reproduce_takes_its_sweep_with_it(tmp_path):
     pid_file = tmp_path / "child.pid"
     parent = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time; sys.path.insert(0, '.'); "
-         "from training.launch import die_with_parent; "
+         "from experiments.sweep import die_with_parent; "
          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
          "preexec_fn=die_with_parent); "
          f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(600)"],

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import train
-from training.errors import ConfigError
+from runs.errors import ConfigError
 from training.reliability import checkpoints
 from training.reliability.checkpoints import (
     AtomicCheckpointIO,

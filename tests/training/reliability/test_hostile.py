@@ -15,8 +15,9 @@ import pytest
 import torch
 
 import train
+from runs.errors import ConfigError
 from tests.conftest import ROOT
-from training.errors import ConfigError, DiskError, one_line_errors
+from training.errors import DiskError, one_line_errors
 from training.reliability import checkpoints
 from training.reliability.checkpoints import (
     AtomicCheckpointIO,
@@ -190,7 +191,7 @@ def test_a_read_only_disk_mid_run_is_one_line_in_a_run_and_a_record_in_a_sweep(
 
 # --- 18: the small ones ---------------------------------------------------------------------------
 def test_did_not_train_says_how_far_above_the_plateau_a_run_ended():
-    from training.record import did_not_train
+    from runs.record import did_not_train
 
     far = did_not_train({"status": "completed", "final_val_loss": 317.0, "unigram_loss": 3.26})
     assert far == "ended at 317.000, 314 above the unigram loss 3.260"

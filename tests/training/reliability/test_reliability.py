@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import train
+from runs.errors import ConfigError
 from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows
-from training.errors import ConfigError
 from training.launch import ChoiceError, check_choices, group_options
 from training.reliability.checkpoints import AtomicCheckpointIO, DiskError
 from training.reliability.metrics_csv import keep_rows_below

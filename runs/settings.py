@@ -1,4 +1,4 @@
-"""Which config keys decide a run's result: all but the operational ones (training/schema.py).
+"""Which config keys decide a run's result: all but the operational ones (runs/schema.py).
 
 Kept apart from training/rundir.py (which needs torch and Lightning for checkpoints) so that the
 command line's checks and sweep dir names can use it before anything heavy is imported.
@@ -6,10 +6,10 @@ command line's checks and sweep dir names can use it before anything heavy is im
 
 from __future__ import annotations
 
-from training.schema import operational_keys
+from runs.schema import operational_keys
 
 # Config keys that do not change a run's result: they may differ between attempts (marked on
-# the root keys in training/schema.py).
+# the root keys in runs/schema.py).
 OPERATIONAL = operational_keys()
 
 

@@ -1,6 +1,6 @@
 """The names the stability probes log (metrics.csv columns and wandb keys alike), defined once:
 the probes (training/probes/) write them, the analysis and the findings read them. Torch-free,
-part of the run dir's contract with training/runfiles.py.
+part of the run dir's contract with runs/runfiles.py.
 
 A per-layer metric is ``<prefix>/layer_{i}`` (``per_layer``), i from 0 for the first block.
 """

@@ -6,7 +6,7 @@ Kinds: a ``group`` is chosen by option (``placement=post``, conf/<group>/) and h
 ``scalar`` is one value (``seed=1``); ``package`` keys name options whose content lands at the
 root (``experiment=f3_depth``) or is Hydra's own. The command line's preflight
 (training/launch.py), the composed config's root check (training/config.py: check_top_level) and
-the result-deciding settings (training/settings.py: OPERATIONAL) all derive from ROOT;
+the result-deciding settings (runs/settings.py: OPERATIONAL) all derive from ROOT;
 tests/training/test_schema.py holds conf/config.yaml and conf/'s groups to it. Torch-free, so
 the command line is checked before anything heavy is imported.
 """

@@ -10,7 +10,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from training.errors import Refused
+from runs.errors import Refused
 
 
 class RunDirLock:

@@ -2,7 +2,7 @@
 table shows it, and the metrics.csv column (and reduction) a reader falls back to when an older
 record lacks it.
 
-The run record (training/record.py: RunRecord.write) is the only writer of summary.json and
+The run record (runs/record.py: RunRecord.write) is the only writer of summary.json and
 ``read_summary`` its only reader; FIELDS is what they carry. Every field a run records is here
 (tests/training/test_summary.py holds the runs' summaries to it), the wandb run table
 (training/loggers.py) and the report's result columns (analysis/runs.py) derive their lists from
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from training.config import type_name, type_ok
+from runs.types import type_name, type_ok
 
 JSON = dict[str, Any]
 Number = int | float
@@ -33,7 +33,7 @@ class Field:
 
 
 FIELDS: dict[str, Field] = {
-    # --- the outcome (training/record.py) ---
+    # --- the outcome (runs/record.py) ---
     "status": Field(str, "completed | diverged | interrupted | failed", wandb=True),
     "diverged_at_step": Field(int | None, "the optimizer step the run diverged at", wandb=True),
     "divergence_reason": Field(str | None, "why it diverged (non-finite loss, loss x factor)"),
@@ -150,7 +150,7 @@ def problems(summary: JSON) -> list[str]:
     for name, value in summary.items():
         field = FIELDS.get(name)
         if field is None:
-            out.append(f"{name}: not a declared summary field (training/summary.py)")
+            out.append(f"{name}: not a declared summary field (runs/summary.py)")
         elif value is not None and not type_ok(value, field.type):
             out.append(f"{name}={value!r}: not of type {type_name(field.type)}")
     return out

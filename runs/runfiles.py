@@ -2,7 +2,7 @@
 harness, the analysis, reproduce, the benchmarks) takes the names and the rules here, and
 tests/test_layout.py refuses the literals anywhere else.
 
-    <run_dir>/summary.json          status and results (training/record.py writes and reads it)
+    <run_dir>/summary.json          status and results (runs/record.py writes and reads it)
     <run_dir>/metrics.csv           one sparse row per logged step (Lightning's CSV logger)
     <run_dir>/last.ckpt             the checkpoint a resume continues (+ .sha256, its digest)
     <run_dir>/probe.json            the init probe's records (python -m scripts.init_probe)
