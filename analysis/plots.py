@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 from analysis import xy  # noqa: E402
 from analysis.heatmaps import write_heatmaps  # noqa: E402
 from analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
-from analysis.runs import Series, log_slope  # noqa: E402
+from analysis.runs import Series  # noqa: E402
 from analysis.variants import Variant, sort_key  # noqa: E402
 from analysis.xy import (  # noqa: E402
     LINESTYLES,
@@ -36,6 +36,7 @@ from analysis.xy import (  # noqa: E402
     variant_colors,
 )
 from runs import metric_names as names  # noqa: E402
+from runs.numbers import log_slope  # noqa: E402
 
 EMA_POINTS = 25  # the EMA time constant: 1/25 of the longest run's step span
 SMOOTHED = ("train/loss",)  # noisy per-batch values; val loss is one fixed set, drawn as is

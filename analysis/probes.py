@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.runs import CANONICAL, Run, Warnings, finite, flatten, read_json
+from analysis.runs import CANONICAL, Run, Warnings, finite, read_json
 from runs import metric_names as names
 from runs import runfiles
+from runs.runfiles import flatten
 
 PARAM_KEYS = ("model", "placement", "norm", "n_layer", "n_embd", "seed", "init")
 # Per-layer values: "grad_norm/layer_3", "act_norm/3", "residual_norm": [..] (after flattening).

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from runs import record, runfiles
-from runs.numbers import log_slope  # noqa: F401 (the analysis modules import it from here)
-from runs.record import FINISHED, Outcome  # noqa: F401 (the analysis modules import it here)
-from runs.runfiles import flatten  # noqa: F401 (the analysis modules import it from here)
+from runs.record import Outcome
+from runs.runfiles import flatten
 from runs.settings import is_operational
 from runs.summary import metric_fields
 

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.runs import CANONICAL, FINISHED, PROBE_RESULTS, RUN_FIELDS, Run, finite
+from analysis.runs import CANONICAL, PROBE_RESULTS, RUN_FIELDS, Run, finite
 from runs import runfiles
+from runs.record import FINISHED
 
 
 def sort_key(value: Any) -> tuple:

@@ -17,13 +17,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from data import corpora
-from data.config import TextDataConfig  # noqa: F401 (importable from here)
-from data.corpora import load_text  # noqa: F401 (the corpus as one string; tests and tools)
-from data.hub import reachable  # noqa: F401 (importable from here as before: the wandb check)
+from data.config import TextDataConfig
 from data.steps import StepBatches, StepDataModule, step_generator
 from data.tokenizer import (
     NAMES,
-    UNK,  # noqa: F401 (a name this module has always exported)
     CharVocab,
     Tokenizer,
     check_vocab_size,

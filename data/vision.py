@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from data.config import ImageDataConfig  # noqa: F401 (importable from here)
+from data.config import ImageDataConfig
 from data.images import SOURCES, load_digits, prepare_images
 from data.steps import StepBatches, StepDataModule, step_generator, stream_generator
 

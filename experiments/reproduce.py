@@ -19,7 +19,6 @@ from rich.table import Table
 from analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate
 from analysis.findings.common import confirm_at
 from analysis.report import compare, table_cells, xy_figure
-from analysis.runs import FINISHED
 from analysis.wandb_report import log_report
 from experiments.sweep import (
     ESTIMATE,
@@ -47,7 +46,7 @@ from experiments.verdicts import (
     write_verdicts,
 )
 from runs import runfiles
-from runs.record import Outcome, Status
+from runs.record import FINISHED, Outcome, Status
 
 SIZES = ("cpu", "gpu")
 SWEEPS = ROOT / "multirun" / "reproduce"  # each finding's sweep dir, by default

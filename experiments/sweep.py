@@ -15,11 +15,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from analysis.runs import FINISHED, read_summary, status_of
+from analysis.runs import read_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
 from runs.jobs import job_dir
-from runs.record import Outcome, Status
+from runs.record import FINISHED, Outcome, Status
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout
 console = Console(soft_wrap=True)  # log files keep one line per message

@@ -15,10 +15,9 @@ from rich.table import Table
 
 from analysis.findings import FINDINGS, Verdict
 from analysis.findings.common import SIDE_TEXT
-from analysis.runs import FINISHED
 from analysis.variants import md_cell
 from experiments.sweep import console
-from runs.record import write_atomic
+from runs.record import FINISHED, write_atomic
 
 
 # --- verdicts ------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from models.catalog import INITS, InitScheme, check_init  # noqa: F401 (importable from here)
+from models.catalog import INITS, check_init
 
 EMBED_STD = 0.02
 

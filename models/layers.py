@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.activations import get_activation
+from models.catalog import get_norm
 from models.config import BlockConfig
-from models.norms import get_norm
 from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module

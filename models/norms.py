@@ -13,13 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.catalog import (  # noqa: F401 (the registry, importable from here)
-    NORMS,
-    NormSpec,
-    check_causal_norm,
+from models.catalog import (
     get_norm,
     groups_divide,
-    per_token_norms,
     positive_alpha,
 )
 from models.kernels import load_rms_norm_kernel, rms_norm

@@ -30,7 +30,7 @@ ALWAYS_NAMED = ("model.n_layer", "seed")
 
 def job_dir(overrides: Sequence[str], config: Any = None) -> str:
     """A sweep job's directory name: the job's overrides (command line and sweep params) sorted,
-    without those that leave the result alone (``rundir.OPERATIONAL``: threads, loggers,
+    without those that leave the result alone (``settings.OPERATIONAL``: threads, loggers,
     probes, ...; ``init_probe.*`` stays, being what scripts/init_probe.py's jobs run), plus
     ``ALWAYS_NAMED``'s keys from ``config`` where not overridden, e.g.
     ``model.n_layer=6,placement=post,seed=0``. Named by what the job runs rather than by its

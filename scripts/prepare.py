@@ -23,10 +23,10 @@ from dataclasses import fields
 
 from omegaconf import OmegaConf
 
+from data.config import ImageDataConfig, TextDataConfig
 from data.images import prepare_images
-from data.text import TextDataConfig, check_config
+from data.text import check_config
 from data.tokens import prepare_text
-from data.vision import ImageDataConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CONFIGS = {"text": TextDataConfig, "image": ImageDataConfig}

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from analysis import runs
+from runs.numbers import log_slope
+from runs.record import FINISHED
+from runs.runfiles import flatten
 from tests.helpers import find_cycle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,13 +87,13 @@ def test_read_summary_tells_absent_from_unreadable(tmp_path: Path) -> None:
     assert runs.status_of({}) == runs.UNFINISHED and "unreadable JSON" in warn[0]
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "error": "x"}))
     assert runs.status_of(runs.read_summary(tmp_path)) == "failed"
-    assert "failed" not in runs.FINISHED
+    assert "failed" not in FINISHED
 
 
 def test_flatten_joins_keys_and_keeps_leaf_dicts() -> None:
     node = {"a": {"b": 1, "c": {"d": [1, 2]}}, "m": {"mean": 2.0, "std": 0.1}}
-    assert runs.flatten(node) == {"a.b": 1, "a.c.d": [1, 2], "m.mean": 2.0, "m.std": 0.1}
-    assert runs.flatten(node, sep="/", leaf=lambda d: "mean" in d) == {
+    assert flatten(node) == {"a.b": 1, "a.c.d": [1, 2], "m.mean": 2.0, "m.std": 0.1}
+    assert flatten(node, sep="/", leaf=lambda d: "mean" in d) == {
         "a/b": 1,
         "a/c/d": [1, 2],
         "m": {"mean": 2.0, "std": 0.1},
@@ -100,6 +103,6 @@ def test_flatten_joins_keys_and_keeps_leaf_dicts() -> None:
 
 def test_log_slope_recovers_a_power_law() -> None:
     xs = [6, 12, 24, 48]
-    assert runs.log_slope(xs, [0.2 * x**-0.5 for x in xs]) == pytest.approx(-0.5)
+    assert log_slope(xs, [0.2 * x**-0.5 for x in xs]) == pytest.approx(-0.5)
     # against a hand fit of two points: slope = log(y2/y1) / log(x2/x1)
-    assert runs.log_slope([2, 8], [3, 12]) == pytest.approx(math.log(4) / math.log(4))
+    assert log_slope([2, 8], [3, 12]) == pytest.approx(math.log(4) / math.log(4))

@@ -13,12 +13,12 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 import train
+from models.catalog import NORMS, NormSpec
 from models.gpt import GPT, GPTConfig
-from models.norms import NORMS, NormSpec
 from tests.conftest import CONF, TINY_RUN
 from training.config import node_to
+from training.probe_config import PROBES, ProbeConfig, ProbeSpec
 from training.probes.forward import ForwardMeasure
-from training.probes.registry import PROBES, ProbeConfig, ProbeSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from data import corpora, tokens
-from data.text import TextDataConfig
+from data.config import TextDataConfig
 from tests.conftest import ROOT, TINY_RUN
 
 

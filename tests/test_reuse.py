@@ -12,7 +12,8 @@ import torch
 from omegaconf import OmegaConf
 
 import train
-from data.text import TextDataConfig, TextDataModule, load_vocab
+from data.config import TextDataConfig
+from data.text import TextDataModule, load_vocab
 from models.gpt import GPT, GPTConfig
 from runs.errors import ConfigError
 from scripts import evaluate, sample

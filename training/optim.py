@@ -15,12 +15,8 @@ from collections.abc import Callable, Iterator, MutableMapping
 import torch
 from torch import nn
 
-from training.optim_config import (  # noqa: F401 (importable from here)
-    OPTIMIZER_KEYS,
-    SCHEDULE_KEYS,
-    SCHEDULES,
+from training.optim_config import (
     OptimConfig,
-    lr_multiplier,
 )
 
 

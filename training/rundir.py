@@ -38,8 +38,8 @@ from omegaconf import DictConfig, OmegaConf
 from runs.dirlock import RunDirLock
 from runs.errors import ConfigError, Refused
 from runs.record import RunRecord, finished, read_summary, write_atomic
-from runs.runfiles import ATTEMPT_FILES, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
-from runs.settings import OPERATIONAL, is_operational  # noqa: F401 (importable here)
+from runs.runfiles import ATTEMPT_FILES, CHECKPOINT, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
+from runs.settings import is_operational
 from training.errors import (
     BUILD_ERRORS,
     SIGNALS,
@@ -47,13 +47,7 @@ from training.errors import (
     launched_as_rank_zero,
     signals_interrupt,
 )
-from training.reliability.checkpoints import (
-    CHECKPOINT,
-    check_fits,
-    disk_error,
-    read_checkpoint,
-    resume_state,
-)
+from training.reliability.checkpoints import check_fits, disk_error, read_checkpoint, resume_state
 from training.specs import MODELS
 
 

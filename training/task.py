@@ -33,7 +33,8 @@ from torch import nn
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from runs.record import ReportsToRecord, RunRecord
-from training.optim import OPTIMIZERS, OptimConfig, lr_multiplier, param_groups, z_loss_term
+from training.optim import OPTIMIZERS, param_groups, z_loss_term
+from training.optim_config import OptimConfig, lr_multiplier
 from training.reliability.checkpoints import verify
 
 __all__ = ["OPTIMIZERS", "OptimConfig", "lr_multiplier", "param_groups"]  # re-exported

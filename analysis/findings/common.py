@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis import stats
-from analysis.runs import FINISHED
 from analysis.variants import grid_seeds
+from runs.record import FINISHED
 
 MIN_SEEDS = 2
 STATUSES = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")

@@ -14,7 +14,7 @@ import statistics
 
 from analysis import stats
 from analysis.findings.common import NoData, Verdict, decide_all, decide_interval, rnd
-from analysis.runs import log_slope
+from runs.numbers import log_slope
 
 
 def probe_series(report: dict, placement: str) -> list[dict]:

@@ -61,7 +61,7 @@ def write_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
 
 
 def text_cfg(corpus: Path | None, cache: Path, procs: int, vocab: int):
-    from data.text import TextDataConfig
+    from data.config import TextDataConfig
 
     source = {"source": "text_files", "paths": [str(corpus)]} if corpus else {"source": "pydocs"}
     return TextDataConfig(

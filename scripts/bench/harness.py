@@ -48,7 +48,8 @@ def raw_loop(cfg) -> None:
     """train.run's work without Lightning: the same data, model, AdamW groups, LR schedule,
     device and precision, for trainer.max_steps steps."""
     from training.build import build_data, build_model
-    from training.optim import OPTIMIZERS, lr_multiplier
+    from training.optim import OPTIMIZERS
+    from training.optim_config import lr_multiplier
     from training.run_config import typed_config
     from training.threads import set_threads
 
@@ -154,7 +155,8 @@ def bench_optimizer(bc: BenchConfig) -> list[Result]:
     far their losses part over the timed steps."""
     if bc.device != "cpu":
         return [skip("optimizer", "fused AdamW", "a GPU always takes the fused step")]
-    from training.optim import OPTIMIZERS, OptimConfig
+    from training.optim import OPTIMIZERS
+    from training.optim_config import OptimConfig
 
     s = OPTIMIZER_SIZES[bc.size]
     idx = torch.randint(0, s.vocab_size, (s.batch_size, s.block_size))

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.catalog import NORMS
 from models.gpt import GPT, GPTConfig
-from models.norms import NORMS, build_norm
+from models.norms import build_norm
 from models.placement import PLACEMENTS
 from models.vit import ViT, ViTConfig
 from scripts.bench.core import (

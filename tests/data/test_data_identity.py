@@ -13,7 +13,8 @@ import torch
 
 import data.cache
 from data import TextDataConfig, TextDataModule
-from data.vision import ImageDataConfig, ImageDataModule
+from data.config import ImageDataConfig
+from data.vision import ImageDataModule
 
 COLOURS = {"red": (200, 10, 10), "blue": (10, 10, 200)}
 

@@ -9,8 +9,7 @@ import torch
 
 from data import TextDataConfig, TextDataModule, load_vocab
 from data.corpora import CHUNK_CHARS, load_text
-from data.text import UNK
-from data.tokenizer import token_dtype
+from data.tokenizer import UNK, token_dtype
 from tests.data.helpers import digest, take, write
 
 

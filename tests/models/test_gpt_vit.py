@@ -7,9 +7,9 @@ import pytest
 import torch
 from model_helpers import batch, build, gpt_config, randomize_small_params, refused, vit_config
 
+from models.catalog import NORMS, per_token_norms
 from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
-from models.norms import NORMS, per_token_norms
 from models.placement import PLACEMENTS
 from models.vit import ViT, ViTConfig
 

@@ -20,9 +20,9 @@ from model_helpers import (
 )
 from torch import nn
 
+from models.catalog import NORMS
 from models.gpt import GPT
 from models.ngpt import NormalizedBlock
-from models.norms import NORMS
 
 NORM_TYPES = {type(spec(16)) for spec in NORMS.values()} - {nn.Identity}
 

@@ -9,19 +9,10 @@ import torch
 from model_helpers import gpt_config, randomize_norm_params, randomize_small_params, vit_config
 from torch import nn
 
+from models.catalog import NORMS, per_token_norms
 from models.config import NormConfig
 from models.gpt import GPT
-from models.norms import (
-    NORMS,
-    BatchNorm,
-    DyT,
-    GroupNorm,
-    InstanceNorm,
-    LayerNorm,
-    RMSNorm,
-    build_norm,
-    per_token_norms,
-)
+from models.norms import BatchNorm, DyT, GroupNorm, InstanceNorm, LayerNorm, RMSNorm, build_norm
 from models.vit import ViT
 
 

@@ -11,7 +11,8 @@ import torch
 from models.gpt import GPT, GPTConfig
 from tests.helpers import interrupted_and_uninterrupted
 from training.config import node_to
-from training.optim import OPTIMIZERS, Combined, OptimConfig, hidden_matrices, lr_multiplier
+from training.optim import OPTIMIZERS, Combined, hidden_matrices
+from training.optim_config import OptimConfig, lr_multiplier
 from training.task import TrainTask
 
 pytestmark = pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch < 2.9")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from training.optim import OptimConfig
+from training.optim_config import OptimConfig
 from training.task import TrainTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -21,9 +21,9 @@ from torch.utils.data import DataLoader
 
 import models.gpt
 import train
+from models.catalog import NORMS
 from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
-from models.norms import NORMS
 from models.placement import PLACEMENTS
 from runs.errors import ConfigError
 from runs.summary import problems as summary_problems
@@ -33,11 +33,12 @@ from tests.conftest import (
 )
 from training.build import allow_tf32
 from training.config import gpu_accelerator, node_to, optim_config
-from training.divergence import DivergenceConfig
 from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
-from training.optim import OPTIMIZERS, OptimConfig
+from training.optim import OPTIMIZERS
+from training.optim_config import OptimConfig
 from training.probes import ProbeConfig
+from training.run_config import DivergenceConfig
 from training.specs import MODELS
 from training.task import LanguageModelTask
 
@@ -341,7 +342,8 @@ def test_init_probe_measures_real_batches_without_training(tmp_path):
     assert probe["k_batches"] == 2 and probe["batch_shape"] == [2, 16]
     assert not (tmp_path / "last.ckpt").exists() and not (tmp_path / "metrics.csv").exists()
     # Independently: the same model at init on the datamodule's first two train batches.
-    from data.text import TextDataConfig, TextDataModule
+    from data.config import TextDataConfig
+    from data.text import TextDataModule
 
     dm = TextDataModule(TextDataConfig(), block_size=16, batch_size=4, seed=0)
     dm.setup()

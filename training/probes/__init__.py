@@ -25,19 +25,13 @@ stream of the run is touched.
     loss_spikes    train/loss_spikes; loss_spikes in summary.json          (spikes.py)
 """
 
+from training.probe_config import PROBES, ProbeConfig, ProbeSpec, SharpnessConfig
 from training.probes.attention import AttnEntropy, MaxAttnLogit, head_entropies, max_attn_logit
 from training.probes.common import blocks_of, log_to_loggers
 from training.probes.forward import ForwardMeasure, ForwardProbes, run_forward_probes
 from training.probes.gradients import GradNormProbe, grad_norm_groups, group_grad_norms
 from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ, ModelUpdate, model_update_norm
-from training.probes.registry import (
-    PROBES,
-    ProbeConfig,
-    ProbeSpec,
-    SharpnessConfig,
-    probe_callbacks,
-    probe_summary,
-)
+from training.probes.registry import probe_callbacks, probe_summary
 from training.probes.sharpness import Sharpness, sharpness, top_eigenvalue
 from training.probes.spikes import LossSpikes
 from training.probes.updates import UpdateRatio

@@ -11,12 +11,9 @@ from __future__ import annotations
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from training.probe_config import (  # noqa: F401 (importable from here)
+from training.probe_config import (
     PROBES,
     ProbeConfig,
-    ProbeSpec,
-    SharpnessConfig,
-    default_probes,
 )
 from training.probes.forward import ForwardProbes
 from training.probes.gradients import GradNormProbe

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from runs.runfiles import CHECKPOINT  # noqa: F401 (importable here)
+from runs.runfiles import CHECKPOINT
 from training.errors import DISK_ERRNOS, DiskError, disk_message
 
 STATE_KEY = "resume"  # ResumeCheckpoint's entry in checkpoint["callbacks"]

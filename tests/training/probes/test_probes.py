@@ -23,7 +23,7 @@ from tests.probe_helpers import (
     flat_norm,
     one_thread,  # noqa: F401  (autouse, module scope)
 )
-from training.divergence import Divergence, DivergenceConfig
+from training.divergence import Divergence
 from training.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
 from training.probes import (
     PROBES,
@@ -35,6 +35,7 @@ from training.probes import (
     probe_callbacks,
     run_forward_probes,
 )
+from training.run_config import DivergenceConfig
 
 EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)
 

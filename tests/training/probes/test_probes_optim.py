@@ -19,7 +19,8 @@ from models.gpt import GPT, GPTConfig
 from models.kernels import unfused
 from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
 from training.loggers import SECTIONS
-from training.optim import OptimConfig, build_adamw, lr_multiplier, z_loss_term
+from training.optim import build_adamw, z_loss_term
+from training.optim_config import OptimConfig, lr_multiplier
 from training.probes import PROBES, LossSpikes, ProbeConfig, probe_callbacks, sharpness
 from training.probes.sharpness import top_eigenvalue
 from training.task import LanguageModelTask
