@@ -24,6 +24,8 @@ from experiments.sweep import (
     ESTIMATE,
     ROOT,
     all_finished,
+    busy,
+    claim_sweep_dir,
     compose,
     console,
     estimate_s,
@@ -45,7 +47,6 @@ from experiments.verdicts import (
     verdict_stem,
     write_verdicts,
 )
-from runs import runfiles
 from runs.record import FINISHED, Outcome, Status
 
 SIZES = ("cpu", "gpu")
@@ -119,76 +120,6 @@ def launch(sweep: Sweep) -> int:
             kind = sweep.finding.kind
             code = max(code, run_sweep(sweep.experiment, jobs, dirs, sweep.out, overrides, kind))
     return code
-
-
-OWNER = ".reproduce.json"  # <sweep dir>/.reproduce.json: the experiment and overrides it holds
-
-
-def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: bool) -> str | None:
-    """Why this command may not use ``out`` (None: it may): a sweep dir records the experiment
-    and overrides that made it, and another finding's or another setting's sweep is refused,
-    so its runs are never pooled into these verdicts nor its verdicts replaced. A dir from
-    before the record is adopted (one line says so)."""
-    path, wanted = out / OWNER, {"experiment": experiment, "overrides": grid_of(overrides)}
-    try:
-        owner = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        owner = None
-    if (
-        isinstance(owner, dict)
-        and {
-            "experiment": owner.get("experiment"),
-            "overrides": grid_of(owner.get("overrides") or []),
-        }
-        != wanted
-    ):
-        made = " ".join([f"experiment={owner.get('experiment')}", *(owner.get("overrides") or [])])
-        return (
-            f"{out} holds the sweep of {made}, not of experiment={experiment} "
-            f"{' '.join(overrides)}; pick another --out, or rerun with that experiment's overrides"
-        )
-    if dry_run or owner is not None:
-        return None
-    if out.is_dir() and any(out.glob(f"*/{runfiles.SUMMARY}")):
-        console.print(f"  {out}: recording experiment={experiment} as its sweep", markup=False)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(wanted) + "\n")
-    except OSError as err:
-        why = err.strerror or err
-        return f"cannot write {out} ({why}); free space, fix its permissions or pick another --out"
-    return None
-
-
-def busy(out: Path) -> str | None:
-    """Why ``out`` cannot take a sweep now (another sweep holds its lock, named by PID), or None;
-    said here in one line, not only in sweep.log once the sweep stopped."""
-    from runs.dirlock import RunDirLock
-    from runs.errors import Refused
-
-    if not out.is_dir():
-        return None
-    lock = RunDirLock(out, "sweep dir", "another --out")
-    try:
-        lock.acquire()
-    except Refused as err:
-        return str(err)
-    except OSError as err:
-        return f"cannot write {out} ({err.strerror}); fix its permissions or pick another --out"
-    lock.release()
-    return None
-
-
-def grid_of(overrides: list[str]) -> list[str]:
-    """The overrides as the grid they make: sorted, each value list sorted and deduplicated,
-    so ``seed=1,0`` and ``seed=0,1`` name one sweep (a bracketed or quoted value kept as is)."""
-    out = []
-    for item in overrides:
-        key, sep, value = str(item).partition("=")
-        if sep and "," in value and not any(c in value for c in "[]{}()'\""):
-            value = ",".join(sorted({v.strip() for v in value.split(",")}))
-        out.append(f"{key.strip()}{sep}{value}")
-    return sorted(out)
 
 
 def main(argv: list[str] | None = None) -> int:

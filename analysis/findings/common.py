@@ -42,7 +42,6 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from analysis import stats
@@ -143,33 +142,6 @@ def read(report: dict, row: dict) -> dict:
     """``row`` as an arm the claim being decided reads (kept for the did-not-train gate)."""
     report.setdefault("arms_read", []).append(row)
     return row
-
-
-def untrained(row: dict) -> bool:
-    """An arm that did not train: it has completed runs and none of them left the plateau
-    (each one's ``did_not_train``); its diverged runs, if any, learned nothing either."""
-    done = [r for r in row["runs"] if r["status"] == "completed"]
-    return bool(done) and all(r.get("did_not_train") for r in done)
-
-
-def gate_untrained(verdict: Verdict, arms: list[dict]) -> Verdict:
-    """The one rule for every claim, decided before and whatever its outcome: when none of the
-    arms a claim compares trained (each ended at the plateau, e.g. a run too short), the
-    comparison is between plateaus and the claim is NOT TESTABLE, naming the runs. One arm
-    that stalls while another trains is a result (F2's Post-LN without warmup), not a gate."""
-    if not arms or verdict.status == "NO DATA" or not all(untrained(a) for a in arms):
-        return verdict
-    names = sorted({a["label"] for a in arms})
-    runs = [Path(r["run_dir"]).name for a in arms for r in a["runs"] if r.get("did_not_train")]
-    shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if runs[4:] else "")
-    why = next(r["did_not_train"] for a in arms for r in a["runs"] if r.get("did_not_train"))
-    said = (
-        f"no arm trained ({'; '.join(names)}: every completed run did not train, e.g. {why}; "
-        f"runs {shown}); train longer (trainer.max_steps) so the best arm leaves the plateau"
-    )
-    verdict.measured["before_gate"] = verdict.status
-    verdict.status, verdict.note = "NOT TESTABLE", said
-    return verdict
 
 
 def note_fixed_lr(report: dict, params: dict[str, Any]) -> None:
