@@ -2,18 +2,17 @@
 (cli.py; exit 1 when one of them errored). With one: that tool, its arguments after it.
 
     python -m scripts.bench --only gpt,optimizer      # sections (cli.py)
-    python -m scripts.bench profile --ops 5           # where a train.py job's time goes
-    python -m scripts.bench threads --busy 0,2        # the thread default under load
     python -m scripts.bench probe_set                 # the default probe set's cost
-    python -m scripts.bench data --mb 64              # data preparation: time and memory
     python -m scripts.bench concurrent --jobs 1,4,8   # runs an hour, several at once on a GPU
-    python -m scripts.bench curves --out FIG.png      # val loss against steps and seconds
+
+The one-off tools whose results docs/benchmarks.md records (profile, threads, data, curves) were
+retired after commit e4fa5fe; ``git show e4fa5fe:scripts/bench/<tool>.py`` is each as it ran.
 """
 
 import runpy
 import sys
 
-TOOLS = ("profile", "threads", "probe_set", "data", "concurrent", "curves")
+TOOLS = ("probe_set", "concurrent")
 
 if len(sys.argv) > 1 and sys.argv[1] in TOOLS:
     tool = sys.argv.pop(1)

@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
         prog="python -m scripts.bench",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="tools, each with its own --help: python -m scripts.bench {profile, threads, "
-        "probe_set, data, concurrent, curves} [args]",
+        epilog="tools, each with its own --help: python -m scripts.bench {probe_set, concurrent} "
+        "[args]",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--quick", action="store_true", help="tiny sizes, few rounds")

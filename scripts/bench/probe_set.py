@@ -59,7 +59,9 @@ def fake_trainer(optimizer: torch.optim.Optimizer) -> SimpleNamespace:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.bench probe_set", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--n-layer", type=int, default=6)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--n-head", type=int, default=4)
