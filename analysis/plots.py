@@ -26,7 +26,7 @@ from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
 from analysis import xy  # noqa: E402
 from analysis.heatmaps import write_heatmaps  # noqa: E402
-from analysis.probes import Probe, depth_of, probe_groups  # noqa: E402
+from analysis.init_probes import Probe, depth_of, probe_groups  # noqa: E402
 from analysis.runs import Series  # noqa: E402
 from analysis.variants import Variant, sort_key  # noqa: E402
 from analysis.xy import (  # noqa: E402

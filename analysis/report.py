@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from analysis import lr_sweep, probes, xy
+from analysis import init_probes, lr_sweep, xy
 from analysis.html_report import caption, page
 from analysis.plots import write_plots
 from analysis.runs import (
@@ -229,7 +229,7 @@ def compare(
     out_dir = Path(out) if out else sweep_dir / "report"
     runs, warn = load_runs(sweep_dir, skip=out_dir)
     runs, fields, left_out = poolable(runs, variant_fields(runs))
-    found = probes.load_probes(sweep_dir, runs, fields, warn, skip=out_dir)
+    found = init_probes.load_probes(sweep_dir, runs, fields, warn, skip=out_dir)
     if not runs and not found:
         raise SystemExit(
             f"compare: no runs under {sweep_dir} (no summary.json, metrics.csv, "
@@ -257,7 +257,7 @@ def write_report(sweep_dir, out_dir, runs, warn, fields, left_out, found, plots,
         "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
         "variants": [v.row() for v in variants],
         "lr_sweep": lr_sweep.lr_sweep(variants, fields),
-        "init_probe": probes.probe_groups(found),
+        "init_probe": init_probes.probe_groups(found),
         "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
         "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
         "warnings": [*warn, *left_out],

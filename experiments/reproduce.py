@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.table import Table
 
-from analysis.findings import ALIASES, FINDINGS, STATUSES, Finding, evaluate
+from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, evaluate
 from analysis.findings.common import confirm_at
 from analysis.report import compare, table_cells, xy_figure
 from analysis.wandb_report import log_report
@@ -249,7 +249,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         **clock.times(),
         **{k: timing[k] for k in TIMING if timing and k in timing},
         "left_out": report.get("left_out", []),
-        "counts": {s: sum(v.status == s for v in verdicts) for s in STATUSES},
+        "counts": {s: sum(v.status == s for v in verdicts) for s in VERDICTS},
         "claims": [v.to_dict() for v in verdicts],
     }
     write_verdicts(out, record)

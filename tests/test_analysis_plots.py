@@ -292,7 +292,7 @@ def test_init_figures_pool_over_the_optimizer_and_wrap_into_rows(tmp_path: Path)
     one per rate, and a figure of many series wraps at 4 panels a row."""
     from PIL import Image
 
-    from analysis.probes import Probe, probe_groups
+    from analysis.init_probes import Probe, probe_groups
 
     found = [
         Probe({"placement": p, "n_layer": 4, "lr": lr, "optim.warmup_steps": w, "seed": s},

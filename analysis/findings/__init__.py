@@ -5,8 +5,8 @@ in one module per family (init: F1, depth: F2-F4 and the placement
 studies, norms: F5 and F7, lr: F6 and F13, stability: F8, F10, F12).
 """
 
-from analysis.findings.common import STATUSES, NoData, Verdict
+from analysis.findings.common import VERDICTS, NoData, Verdict
 from analysis.findings.decide import evaluate
 from analysis.findings.registry import ALIASES, FINDINGS, Claim, Finding
 
-__all__ = ["ALIASES", "FINDINGS", "STATUSES", "Claim", "Finding", "NoData", "Verdict", "evaluate"]
+__all__ = ["ALIASES", "FINDINGS", "VERDICTS", "Claim", "Finding", "NoData", "Verdict", "evaluate"]

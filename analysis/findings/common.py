@@ -49,7 +49,7 @@ from analysis.variants import grid_seeds
 from runs.record import FINISHED
 
 MIN_SEEDS = 2
-STATUSES = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")
+VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE", "NOT TESTABLE", "NO DATA")
 SIDE_TEXT = {"above": ">= {m:g}", "below": "<= {m:g}", "within": "within ±{m:g}"}
 UNTESTABLE = "NOT TESTABLE AT THIS SIZE"
 

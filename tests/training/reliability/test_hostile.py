@@ -258,3 +258,25 @@ def test_a_script_imports_the_packages_of_its_own_checkout(tmp_path):
     )  # fmt: skip
     assert "the other checkout" not in done.stderr
     assert "is not a directory" in done.stderr + done.stdout
+
+
+def test_a_full_disk_as_a_run_starts_leaves_no_empty_config_for_a_reader_to_count(
+    tmp_path, tiny_run, compose_cfg, monkeypatch
+):
+    """The disk fills while .hydra/config.yaml is written: no cut or empty config.yaml (which a
+    reader would count as a run dir) and no temporary file is left, and the line is one."""
+    real = Path.write_text
+
+    def fills(self, text, *args, **kwargs):
+        if self.name == "config.yaml.tmp":
+            real(self, text[: len(text) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", fills)
+    run_dir = tmp_path / "sweep" / "run"
+    with pytest.raises(SystemExit) as exit_:
+        one_line_errors(lambda c: train.run(c))(compose_cfg([*tiny_run, f"run_dir={run_dir}"]))
+    monkeypatch.undo()
+    assert "is full (No space left on device)" in str(exit_.value)
+    assert not list((run_dir / ".hydra").glob("config.yaml*"))
