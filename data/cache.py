@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runs.runfiles import write_atomic
+
 FORMAT = 2  # bump when the layout of an entry changes: old entries are then rebuilt
 META = "meta.json"
 VERIFY_BYTES = 256 * 2**20  # entries up to this size are checksummed on every open
@@ -203,15 +205,6 @@ def prepared(path: Path, fingerprint: dict, build: Callable[[Path], dict], log=p
 
 def _read(path: Path) -> Entry:
     return Entry(path, json.loads((path / META).read_text()))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -22,7 +22,7 @@ from runs import runfiles
 from runs.jobs import job_dir
 from runs.record import FINISHED, Outcome, Status
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout
+ROOT = runfiles.CHECKOUT
 console = Console(soft_wrap=True)  # log files keep one line per message
 
 

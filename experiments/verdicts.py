@@ -17,7 +17,8 @@ from analysis.findings import FINDINGS, Verdict
 from analysis.findings.common import SIDE_TEXT
 from analysis.variants import md_cell
 from experiments.sweep import console
-from runs.record import FINISHED, write_atomic
+from runs.record import FINISHED
+from runs.runfiles import write_atomic
 
 
 # --- verdicts ------------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from runs.runfiles import write_atomic
 
 
 class Status(str, Enum):
@@ -221,18 +222,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary file and a rename: a kill or a full disk mid-write
-    leaves the previous file and no temporary one."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def result_line(summary: dict) -> str:

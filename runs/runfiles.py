@@ -16,6 +16,7 @@ Lightning.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,23 @@ def wandb_group(explicit: Any, sweep_dir: str | Path | None) -> str | None:
     path = Path(sweep_dir)
     path = path if path.is_absolute() else path.resolve()
     return "sweep-" + "-".join(path.parts[-2:])
+
+
+# The checkout these files are read and written by (reproduce launches its train.py; the bench
+# and the run's code_version read its sources).
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: through a temporary file, on disk (fsync) before a
+    rename makes it the file, so a kill, a crash or a full disk mid-write leaves the previous
+    file and no temporary one."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -3,7 +3,8 @@
 ``one_line_errors`` wraps a Hydra task function. A ConfigError (bad name or value, refused run
 dir, full disk) ends a single run with ``error: <message>`` and exit code 1; in a sweep it is
 printed, the job is recorded, and the sweep goes on. A crash keeps its traceback (in a sweep,
-printed, and the sweep goes on). ``debug=true`` or HYDRA_FULL_ERROR=1 shows every traceback.
+printed, and the sweep goes on). One debug switch for every entry point: ``NORMLAB_DEBUG=1`` shows
+every traceback (train.py also reads it as ``debug=true``, and Hydra's own HYDRA_FULL_ERROR=1).
 An interrupted run (SIGTERM, SIGINT) exits 128 + the signal number, as shells and SLURM expect;
 a parallel sweep's worker whose sweep is gone (``SWEEP_GONE``, set by training/launch.py) exits
 at once, having nobody to return its outcome to.
@@ -148,6 +149,14 @@ def sweep_gone() -> bool:
     return SWEEP_GONE.is_set()
 
 
+def debugging(cfg: Any = None) -> bool:
+    """The one debug switch: NORMLAB_DEBUG=1, for train.py and every script alike; a train.py
+    config's ``debug=true`` and Hydra's HYDRA_FULL_ERROR=1 are the same switch spelled there."""
+    if os.environ.get("NORMLAB_DEBUG") == "1" or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return True
+    return bool(cfg.get("debug")) if cfg is not None else False
+
+
 def script_errors(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """train.py's policy for the scripts' ``main(argv)``: bad input (a config, a missing or cut
     checkpoint, missing data) is ``error: <one line>`` and exit code 1; ``NORMLAB_DEBUG=1``
@@ -158,7 +167,7 @@ def script_errors(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
         try:
             return main(argv)
         except (ConfigError, *BUILD_ERRORS, RuntimeError, KeyError) as err:
-            if os.environ.get("NORMLAB_DEBUG") == "1":
+            if debugging():
                 raise
             err = as_disk_error(err) or err
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -173,7 +182,7 @@ def one_line_errors(task: Callable[[Any], dict]) -> Callable[[Any], dict | None]
 
     @functools.wraps(task)
     def wrapper(cfg: Any) -> dict | None:
-        debug = bool(cfg.get("debug")) or os.environ.get("HYDRA_FULL_ERROR") == "1"
+        debug = debugging(cfg)
         sweep = in_multirun()
         try:
             return task(cfg)

@@ -37,8 +37,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from runs.dirlock import RunDirLock
 from runs.errors import ConfigError, Refused
-from runs.record import RunRecord, finished, read_summary, write_atomic
-from runs.runfiles import ATTEMPT_FILES, CHECKPOINT, CONFIG, HYDRA_DIR, HYDRA_META, SUMMARY, flatten
+from runs.record import RunRecord, finished, read_summary
+from runs.runfiles import (
+    ATTEMPT_FILES,
+    CHECKOUT,
+    CHECKPOINT,
+    CONFIG,
+    HYDRA_DIR,
+    HYDRA_META,
+    SUMMARY,
+    flatten,
+    write_atomic,
+)
 from runs.settings import is_operational
 from training.errors import (
     BUILD_ERRORS,
@@ -163,7 +173,7 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
 
 # The code that computes a run's numbers: its digest is the run's code_version, so a report can
 # say when a variant pools runs of different code (a sweep resumed after an edit).
-CODE = Path(__file__).resolve().parent.parent
+CODE = CHECKOUT
 CODE_DIRS = ("models", "data", "training")
 
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from runs import runfiles
 from runs.record import read_summary
+from runs.runfiles import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 STOP: list[int] = []  # the signal that asked us to stop, once one did
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from analysis.runs import run_series
+from runs.runfiles import CHECKOUT
 from scripts.bench.core import (
     CLOCKS,
     GPT_SIZES,
@@ -33,7 +34,7 @@ from scripts.bench.core import (
 )
 from scripts.bench.models import normlab_gpt
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 
 
 # ---------------------------------------------------------------- Lightning overhead

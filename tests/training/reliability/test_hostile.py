@@ -280,3 +280,22 @@ def test_a_full_disk_as_a_run_starts_leaves_no_empty_config_for_a_reader_to_coun
     monkeypatch.undo()
     assert "is full (No space left on device)" in str(exit_.value)
     assert not list((run_dir / ".hydra").glob("config.yaml*"))
+
+
+def test_one_debug_switch_for_every_entry_point(monkeypatch, capsys):
+    """NORMLAB_DEBUG=1 turns a script's one line and train.py's policy into the traceback."""
+    from training.errors import debugging, script_errors
+
+    def bad(argv):
+        raise ValueError("a bad value; fix it")
+
+    with pytest.raises(SystemExit):
+        script_errors(bad)([])
+    assert capsys.readouterr().err.strip() == "error: a bad value; fix it"
+    assert not debugging({"debug": False})
+    monkeypatch.setenv("NORMLAB_DEBUG", "1")
+    assert debugging() and debugging({"debug": False})
+    with pytest.raises(ValueError, match="a bad value"):
+        script_errors(bad)([])
+    with pytest.raises(ValueError, match="a bad value"):
+        one_line_errors(lambda cfg: bad(cfg))({"debug": False})
