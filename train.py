@@ -6,7 +6,7 @@
     python train.py -m placement=post,pre,deepnorm seed=0,1,2
     python train.py logger.wandb.mode=online          # stream to wandb (default: offline)
 
-Where each concern lives: training/rundir.py (the run dir: lock, skip / resume / fresh),
+Where each concern lives: training/attempt.py (the run dir: lock, skip / resume / fresh),
 runs/record.py (the run's status and summary.json), training/run_config.py (the config as
 one typed tree, checked once), training/build.py (the tree -> data, model, task, callbacks,
 loggers, trainer), training/fit.py (the fit and the results it records), training/errors.py
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from lightning.pytorch.callbacks import Callback
 
-    from training.rundir import RunDir
+    from training.attempt import Attempt
 
 # torch, Lightning and the harness that needs them load when a run starts, not before: --help,
 # shell completion and a bad command line answer in a fraction of a second.
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 def attempt(
     cfg: DictConfig, callbacks: Sequence[Callback] = (), run: RunConfig | None = None
-) -> RunDir:
+) -> Attempt:
     """Skip the run ``cfg`` describes when its dir holds a finished one, else resume or start
     it; the run dir holds its record (summary.json), written whatever happens. ``callbacks``:
     Lightning callbacks added after the run's own (e.g. a benchmark's profiler); ``run``: the
@@ -61,12 +61,12 @@ def attempt(
     job records a bad value as its failure)."""
     import lightning.pytorch as L
 
+    from training.attempt import Attempt
     from training.build import build
     from training.loggers import finish_wandb
-    from training.rundir import RunDir
     from training.threads import set_threads
 
-    with RunDir(cfg) as this:
+    with Attempt(cfg) as this:
         if this.finished is not None:
             return this
         try:

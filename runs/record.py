@@ -1,6 +1,6 @@
 """The run record: how a run ended and what it measured; summary.json is its serialization.
 
-One ``RunRecord`` per attempt, owned by the run dir (training/rundir.py). The task holds it while
+One ``RunRecord`` per attempt, owned by the run dir (training/attempt.py). The task holds it while
 it trains and every callback reports to it through its transitions:
 
     running --diverge(step, reason)--> diverged     (the divergence check, the task's NaN loss)

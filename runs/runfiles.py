@@ -30,7 +30,7 @@ HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
 HYDRA_META = f"{HYDRA_DIR}/hydra.yaml"
 
-# Files of an attempt that a fresh start moves aside (training/rundir.py).
+# Files of an attempt that a fresh start moves aside (training/attempt.py).
 ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "*.ckpt.sha256", METRICS, SUMMARY, PROBE)
 # Folders inside a run dir or a sweep dir that never hold a run of their own.
 NOT_RUNS = {"wandb", HYDRA_DIR, "__pycache__", "report", "checkpoints", "lightning_logs"}

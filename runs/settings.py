@@ -1,6 +1,6 @@
 """Which config keys decide a run's result: all but the operational ones (runs/schema.py).
 
-Kept apart from training/rundir.py (which needs torch and Lightning for checkpoints) so that the
+Kept apart from training/attempt.py (which needs torch and Lightning for checkpoints) so that the
 command line's checks and sweep dir names can use it before anything heavy is imported.
 """
 

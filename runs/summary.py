@@ -42,7 +42,7 @@ FIELDS: dict[str, Field] = {
     "did_not_train": Field(
         str | None, "why a completed run learned nothing a loss shows, or null", wandb=True
     ),
-    # --- what the run is (training/rundir.py: initial_results) ---
+    # --- what the run is (training/attempt.py: initial_results) ---
     "name": Field(str, "the variant's name (wandb run name, sweep dir suffix)"),
     "run_dir": Field(str, "this run's directory"),
     "model": Field(str, "model.name: gpt | vit"),

@@ -26,12 +26,12 @@ from omegaconf import DictConfig
 
 from runs import runfiles
 from runs.errors import ConfigError
+from training.attempt import Attempt
 from training.build import build_data, model_config
 from training.errors import BUILD_ERRORS, one_line_errors
 from training.init_probe import format_table, init_probe, write_probe_json
 from training.launch import preflight
 from training.run_config import typed_config
-from training.rundir import RunDir
 from training.sweep import job_outcome
 from training.threads import set_threads
 
@@ -55,7 +55,7 @@ def probe(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
-    with RunDir(cfg) as this:
+    with Attempt(cfg) as this:
         if this.finished is None:
             set_threads(cfg.num_threads)
             L.seed_everything(cfg.seed, workers=True, verbose=False)

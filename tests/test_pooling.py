@@ -90,7 +90,7 @@ def test_a_variant_whose_runs_ran_different_code_says_so(tmp_path: Path) -> None
 
 def test_train_records_the_code_version() -> None:
     from runs.summary import FIELDS
-    from training.rundir import code_version
+    from training.attempt import code_version
 
     assert "code_version" in FIELDS and len(code_version()) == 12
 

@@ -5,7 +5,7 @@ dataclass, the model kind's spec from training/specs.py), checked before the run
 in a sweep job, as the attempt began. What this composes lives elsewhere: the fit and the
 record's results in training/fit.py, what a run prints in training/console.py, its progress in
 training/reliability/progress.py, the checks against a checkpoint it continues in
-training/rundir.py (``RunDir.admit``), the GPT-2 architecture rule in models/pretrained.py.
+training/attempt.py (``Attempt.admit``), the GPT-2 architecture rule in models/pretrained.py.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from models import pretrained
 from models.gpt import GPT
 from runs.errors import ConfigError
 from runs.runfiles import CHECKPOINT, VOCAB
+from training.attempt import Attempt
 from training.console import header_line
 from training.divergence import Divergence
 from training.errors import BUILD_ERRORS, launched_as_rank_zero
@@ -34,7 +35,6 @@ from training.reliability.checkpoints import AtomicCheckpointIO, metrics_cut
 from training.reliability.progress import StepProgressBar, step_progress
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.run_config import RunConfig
-from training.rundir import RunDir
 
 
 def build_data(run: RunConfig) -> L.LightningDataModule:
@@ -155,7 +155,7 @@ def allow_tf32(on_gpu: bool) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def build(run: RunConfig, attempt: RunDir, extra: Sequence[Callback] = ()) -> Fit:
+def build(run: RunConfig, attempt: Attempt, extra: Sequence[Callback] = ()) -> Fit:
     """Everything the fit of ``run`` (the typed config) needs, checked before the first step
     (bad input: ConfigError); ``extra``: Lightning callbacks a caller adds after the run's own
     (a benchmark's profiler)."""

@@ -5,7 +5,7 @@ those dataclasses: training/config.py's ``node_to`` refuses unknown keys and val
 type in one line, the dataclasses check ranges), before any data is prepared or model built. The
 build and the loggers read this tree only; the composed config itself travels in it for what
 takes it whole (the wandb run records it, ``callbacks.*`` are instantiated from it). The run
-dir (training/rundir.py) keeps the composed config as its record, also of a job whose config
+dir (training/attempt.py) keeps the composed config as its record, also of a job whose config
 fails here. A single run's tree is made once, by ``check_config`` before torch loads (train.py);
 a sweep checks its grid once and each job makes its own as its attempt begins.
 

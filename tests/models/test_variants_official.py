@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models.gpt import GPT, GPTConfig
-from training.rundir import config_changes
+from training.attempt import config_changes
 
 
 def small(**kw) -> GPTConfig:

@@ -1,7 +1,7 @@
 """Resuming a run in its own directory: when ``last.ckpt`` is written and what it remembers.
 
 Running the same command into the same run dir again picks up where the last attempt stopped
-(training/rundir.py decides which): a finished run is skipped, an unfinished one continues from
+(training/attempt.py decides which): a finished run is skipped, an unfinished one continues from
 ``last.ckpt``, an empty dir starts at step 0.
 
 Everything resume needs travels in the checkpoint, in the state of one callback,

@@ -22,10 +22,10 @@ from runs.errors import ConfigError, Refused
 from runs.jobs import MAX_DIR_NAME, job_dir, path_safe
 from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows, signal_at_step
+from training.attempt import RunDirLock, fingerprint
 from training.errors import Interrupted
 from training.reliability.checkpoints import read_checkpoint
 from training.reliability.metrics_csv import keep_rows_below
-from training.rundir import RunDirLock, fingerprint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +40,7 @@ def rows_of(path: Path) -> list[str]:
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path, tiny_run, compose_cfg):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, '.'); "
-         "from pathlib import Path; from training.rundir import RunDirLock; "
+         "from pathlib import Path; from training.attempt import RunDirLock; "
          f"lock = RunDirLock(Path({str(tmp_path)!r})); lock.acquire(); print('held', flush=True); "
          "time.sleep(60)"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,

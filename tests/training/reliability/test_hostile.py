@@ -175,12 +175,12 @@ def test_a_read_only_disk_mid_run_is_one_line_in_a_run_and_a_record_in_a_sweep(
 ):
     """An OSError of a read-only or full disk wherever it is raised (here: writing the .hydra
     files) ends in the one line, not a traceback."""
-    from training import rundir
+    from training import attempt as attempt_module
 
     def read_only(path, text):
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
-    monkeypatch.setattr(rundir, "write_atomic", read_only)
+    monkeypatch.setattr(attempt_module, "write_atomic", read_only)
     cfg = compose_cfg([*tiny_run, f"run_dir={tmp_path / 'run'}"])
     with pytest.raises(SystemExit) as exit_:
         one_line_errors(lambda c: train.run(c))(cfg)

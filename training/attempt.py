@@ -224,10 +224,10 @@ def initial_results(cfg: DictConfig, run_dir: Path) -> dict:
     return {**results, **dict.fromkeys(spec.summary_fields if spec is not None else ())}
 
 
-class RunDir:
+class Attempt:
     """This process's attempt at the run ``cfg`` describes (see the module docstring):
 
-        with RunDir(cfg) as run:               # config checked, dir locked, plan made
+        with Attempt(cfg) as run:              # config checked, dir locked, plan made
             if run.finished is None:           # else skipped: run.finished is its summary
                 ...                            # train, reporting to run.record
         # leaving: the outcome (failed with the error, interrupted on a signal) goes into
@@ -245,7 +245,7 @@ class RunDir:
         self.started = time.perf_counter()
         self._signals = contextlib.ExitStack()
 
-    def __enter__(self) -> RunDir:
+    def __enter__(self) -> Attempt:
         from training.config import check_top_level
 
         check_top_level(self.cfg)
