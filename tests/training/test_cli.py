@@ -140,3 +140,11 @@ def test_help_and_command_line_errors_answer_before_torch_loads(args):
     )
     assert done.stderr.strip().splitlines()[-1] == "False", done.stderr[-2000:]
     assert done.returncode == (0 if args == ["--help"] else 1)
+
+
+def test_placement_peri_selects_the_sandwich_computation(compose_cfg):
+    """docs/variants.md offers `peri` as sandwich's other name: it composes, and records what
+    it computes (placement=sandwich)."""
+    assert (
+        compose_cfg(["placement=peri"]).placement == compose_cfg(["placement=sandwich"]).placement
+    )
