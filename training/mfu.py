@@ -70,19 +70,21 @@ def cpu_peak(threads: int, precision: str, cache_dir: Path) -> float:
     return known[key]
 
 
-def measure_gemm(threads: int, dtype: torch.dtype, seconds: float = 0.5) -> float:
-    """The best FLOP/s of CPU_GEMM^3 products over ``seconds`` (after one warmup product)."""
+def measure_gemm(
+    threads: int, dtype: torch.dtype, seconds: float = 0.5, size: int = CPU_GEMM
+) -> float:
+    """The best FLOP/s of size^3 products over ``seconds`` (after one warmup product)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a = torch.randn(CPU_GEMM, CPU_GEMM).to(dtype)
-        b = torch.randn(CPU_GEMM, CPU_GEMM).to(dtype)
+        a = torch.randn(size, size).to(dtype)
+        b = torch.randn(size, size).to(dtype)
         torch.mm(a, b)
         best, end = 0.0, time.perf_counter() + seconds
         while time.perf_counter() < end:
             start = time.perf_counter()
             torch.mm(a, b)
-            best = max(best, 2 * CPU_GEMM**3 / (time.perf_counter() - start))
+            best = max(best, 2 * size**3 / (time.perf_counter() - start))
         return best
     finally:
         torch.set_num_threads(before)
