@@ -84,11 +84,12 @@ def differing(group: list[Run]) -> list[str]:
 
 
 def first_written(run: Run) -> tuple:
-    """The order in which repeats of one seed are kept: the shallowest dir (a backup sits below
-    the sweep's own), then the earliest summary.json (a rerun into new dirs came later)."""
+    """The order in which repeats of one seed are kept: a finished run before one that failed or
+    never ended, then the shallowest dir (a backup sits below the sweep's own), then the earliest
+    summary.json (a rerun into new dirs came later)."""
     summary = run.path / runfiles.SUMMARY
     written = summary.stat().st_mtime if summary.is_file() else float("inf")
-    return len(run.path.parts), written, str(run.path)
+    return run.status not in FINISHED, len(run.path.parts), written, str(run.path)
 
 
 def poolable(runs: list[Run], fields: list[str]) -> tuple[list[Run], list[str], list[str]]:

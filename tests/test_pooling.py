@@ -202,3 +202,13 @@ def test_a_value_the_experiment_has_no_entry_for_is_one_line(tmp_path, capsys) -
     out = capsys.readouterr().out
     assert code == 1 and "error: InterpolationKeyError" in out and "at_batch.5" in out
     assert "Traceback" not in out
+
+
+def test_a_finished_repeat_of_a_seed_is_kept_over_a_failed_one(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    failed = run_dir(sweep, "seed=0", 0, 2.0)
+    summary = json.loads((failed / "summary.json").read_text())
+    (failed / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
+    run_dir(sweep, "rerun,seed=0", 0, 2.1)
+    (only,) = compare(sweep, plots=False)["variants"]
+    assert [(r["seed"], r["status"]) for r in only["runs"]] == [(0, "completed")]
