@@ -88,7 +88,11 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
 
 
 def test_config_groups_cover_the_registries():
-    assert set(options("placement")) == set(PLACEMENTS)
+    # every placement has its option, and every option selects a registered placement (peri is
+    # sandwich's other name)
+    assert set(PLACEMENTS) <= set(options("placement"))
+    selected = {compose_cfg([f"placement={o}"]).placement.name for o in options("placement")}
+    assert selected == set(PLACEMENTS)
     assert set(options("norm")) == set(NORMS)
     assert set(options("model")) == set(MODELS)
 
