@@ -29,7 +29,7 @@ from data.tokenizer import (
 from data.tokens import prepare_text
 
 
-def check_config(cfg: TextDataConfig) -> None:
+def check_text_config(cfg: TextDataConfig) -> None:
     """Bad values fail before anything is read, each with the fix."""
     corpora.check_source(cfg)
     if not 0.0 < cfg.val_fraction < 1.0:
@@ -77,7 +77,7 @@ class TextDataModule(StepDataModule):
 
     def __init__(self, cfg: TextDataConfig, block_size: int, batch_size: int, seed: int):
         super().__init__()
-        check_config(cfg)
+        check_text_config(cfg)
         if cfg.val_batches < 1 or batch_size < 1 or block_size < 1:
             raise ValueError("data.val_batches, data.batch_size and model.block_size must be >= 1")
         self.cfg, self.block_size, self.batch_size, self.seed = cfg, block_size, batch_size, seed

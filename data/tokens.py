@@ -43,7 +43,7 @@ from data.tokenizer import (
 )
 
 
-def fingerprint(cfg: Any) -> dict:
+def cache_key(cfg: Any) -> dict:
     """What decides the token files: the corpus, the tokenizer, the split rule."""
     if is_trained(cfg.tokenizer):
         tok = {"tokenizer": cfg.tokenizer}
@@ -67,7 +67,7 @@ def label(cfg: Any) -> str:
 def prepare_text(cfg: Any, log: Callable[[str], None] = print) -> tuple[Entry, Tokenizer]:
     """The cache entry of ``cfg``'s token files (built now if missing or untrustworthy) and its
     tokenizer."""
-    fp = fingerprint(cfg)
+    fp = cache_key(cfg)
     path = entry_dir(cache_root(cfg.cache_dir), "text", label(cfg), fp)
     entry = prepared(path, fp, lambda tmp: _build(cfg, tmp, log), log)
     return entry, load_tokenizer(entry)

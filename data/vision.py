@@ -64,7 +64,7 @@ AugmentFn = Callable[[torch.Tensor, torch.Generator, int, slice, int], torch.Ten
 AUGMENTS: dict[str, AugmentFn] = {"crop": random_crop, "flip": random_flip}
 
 
-def check_config(cfg: ImageDataConfig, batch_size: int) -> None:
+def check_image_config(cfg: ImageDataConfig, batch_size: int) -> None:
     if cfg.source not in SOURCES:
         raise ValueError(f"unknown data.source {cfg.source!r}; choose one of {list(SOURCES)}")
     if batch_size < 1:
@@ -97,7 +97,7 @@ class ImageDataModule(StepDataModule):
 
     def __init__(self, cfg: ImageDataConfig, batch_size: int, seed: int):
         super().__init__()
-        check_config(cfg, batch_size)
+        check_image_config(cfg, batch_size)
         self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
         self.start_step = 0
         self.ready = False

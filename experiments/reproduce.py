@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.table import Table
 
-from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, evaluate
+from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, decide_finding
 from analysis.findings.common import confirm_at
 from analysis.report import compare, table_cells, xy_figure
 from analysis.wandb_report import log_report
@@ -97,7 +97,7 @@ class Sweep:
         return job_dirs(self.cfg, self.jobs)
 
 
-def plan(args: argparse.Namespace) -> Sweep:
+def plan_sweep(args: argparse.Namespace) -> Sweep:
     """The sweep the command names; a bad override or config raises (one line in main)."""
     name = ALIASES.get(args.finding, args.finding)
     finding = FINDINGS[name]
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.finding == "all":
         return reproduce_all(args)
     try:
-        sweep = plan(args)
+        sweep = plan_sweep(args)
         jobs, dirs, out = sweep.jobs, sweep.dirs, sweep.out
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
         console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
@@ -232,7 +232,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         "lr": cfg.optim.lr,
         "warmup_steps": cfg.optim.warmup_steps,
     }
-    verdicts = evaluate(name, report, settings)
+    verdicts = decide_finding(name, report, settings)
     runs = [r for v in report["variants"] for r in v["runs"]]
     statuses = sorted({r["status"] for r in runs})
     record = {

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from data.config import ImageDataConfig, TextDataConfig
 from data.images import prepare_images
-from data.text import check_config
+from data.text import check_text_config
 from data.tokens import prepare_text
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -56,7 +56,7 @@ def prepare(overrides: list[str]) -> Path:
     cfg = data_config(overrides)
     start = time.perf_counter()
     if isinstance(cfg, TextDataConfig):
-        check_config(cfg)
+        check_text_config(cfg)
         entry, tokenizer = prepare_text(cfg)
         for split, stats in entry.meta["splits"].items():
             print(f"{split}: {stats['tokens']:,} tokens", flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.findings import evaluate
+from analysis.findings import decide_finding
 from analysis.findings.lr import sensitivity
 from tests.reports import FAILED, by_id, row
 
@@ -25,7 +25,7 @@ def test_each_claim_declares_its_margins_from_the_one_table() -> None:
             assert claim.margins, f"{claim.id} declares no margin"
             for name, value in claim.margins.items():
                 assert value == getattr(claims, name.upper()), (claim.id, name)
-    f5 = evaluate("f5", {"variants": [row([2.0, 2.0], norm="layernorm")]})[0]
+    f5 = decide_finding("f5", {"variants": [row([2.0, 2.0], norm="layernorm")]})[0]
     assert f5.margins == {"close": 0.05} and f5.to_dict()["margins"] == {"close": 0.05}
 
 
@@ -42,25 +42,27 @@ def test_a_failed_run_is_not_a_diverged_run() -> None:
     """Runs that failed (a config error) once scored +inf like a divergence: Pre-LN with warmup
     "diverged" and F2b passed. A failed run is left out; a diverged one still scores +inf."""
     settings = {"ref_lr": 1e-3}
-    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [FAILED, FAILED]), settings))
+    v = by_id(decide_finding("f2", f2_report([2.5, 2.5], [FAILED, FAILED]), settings))
     assert v["F2b"].status == "NO DATA" and not v["F2b"].measured
     assert "0 completed or diverged runs (2 failed left out), need >= 2" in v["F2b"].note
     # Post-LN without warmup failed: F2a may not read that as "ends worse".
-    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [2.5, 2.5], [FAILED, FAILED]), settings))
+    v = by_id(decide_finding("f2", f2_report([2.5, 2.5], [2.5, 2.5], [FAILED, FAILED]), settings))
     assert v["F2a"].status == "NO DATA" and v["F2b"].status == "PASS"
     # A diverged run is a result: +inf, the variant as bad as its worst seed.
-    v = by_id(evaluate("f2", f2_report([2.5, 2.5], [2.5, None]), settings))
+    v = by_id(decide_finding("f2", f2_report([2.5, 2.5], [2.5, None]), settings))
     assert v["F2b"].status == "PASS" and v["F2b"].measured["pre_warmup"] == "inf (diverged)"
 
 
 def test_verdicts_use_the_completed_and_diverged_runs_of_a_variant() -> None:
     settings = {"ref_lr": 1e-3}
     # One seed failed: the mean is over those that completed, and it is still a verdict.
-    v = by_id(evaluate("f2", f2_report([2.6, FAILED, 2.61, 2.62], [2.5, 2.5, 2.51]), settings))
+    v = by_id(
+        decide_finding("f2", f2_report([2.6, FAILED, 2.61, 2.62], [2.5, 2.5, 2.51]), settings)
+    )
     assert v["F2b"].status == "FAIL" and v["F2b"].measured["pre_no_warmup"] == pytest.approx(2.61)
     assert v["F2b"].intervals["gap"]["n"] == [3, 3]
     # One completed, one failed: fewer than 2 seeds, NO DATA.
-    v = by_id(evaluate("f2", f2_report([2.5, FAILED], [2.5, 2.5]), settings))
+    v = by_id(decide_finding("f2", f2_report([2.5, FAILED], [2.5, 2.5]), settings))
     assert v["F2b"].status == "NO DATA" and "1 failed left out" in v["F2b"].note
 
 
@@ -71,11 +73,13 @@ def test_failed_runs_count_nowhere_in_f5_f7() -> None:
             row([FAILED, FAILED], placement="pre", norm="rmsnorm"),
         ]
     }
-    assert evaluate("f5", f5)[0].status == "NO DATA"
+    assert decide_finding("f5", f5)[0].status == "NO DATA"
     # A failed BatchNorm seed at batch 4 is not an accuracy of 0 (a diverged one is).
     flat = {4: [0.97, 0.97], 64: [0.97, 0.97]}
     bn = {4: [FAILED, 0.96, 0.96], 64: [0.97, 0.97]}
-    v = by_id(evaluate("f7", f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})))
+    v = by_id(
+        decide_finding("f7", f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat}))
+    )
     drop = v["F7a"].intervals["batchnorm drop - layernorm drop"]
     assert v["F7a"].status == "FAIL" and drop["effect"] == pytest.approx(0.01)
     assert drop["n"] == [2, 2, 2, 2]  # the failed seed is in no arm
@@ -106,7 +110,7 @@ def probe_report(post_slope: float, pre_slope: float, pre_growth: float) -> dict
 
 
 def test_f1_pass_and_fail() -> None:
-    good = evaluate("f1", probe_report(0.05, -0.5, 7.0))
+    good = decide_finding("f1", probe_report(0.05, -0.5, 7.0))
     assert [v.status for v in good] == ["PASS"] * 4
     # The effect is the mean of the seeds' own least-squares slopes (numpy's fit, by hand).
     report = probe_report(0.05, -0.5, 7.0)
@@ -119,13 +123,13 @@ def test_f1_pass_and_fail() -> None:
     assert good[3].intervals["last/first"]["effect"] == pytest.approx(
         7.0 * np.prod(JITTER) ** (1 / 3), rel=1e-3
     )  # the geometric mean of the seeds' ratios
-    bad = evaluate("f1", probe_report(0.3, -0.15, 1.5))
+    bad = decide_finding("f1", probe_report(0.3, -0.15, 1.5))
     assert [v.status for v in bad] == ["FAIL", "FAIL", "PASS", "FAIL"]
-    assert [v.status for v in evaluate("f1", {"variants": []})] == ["NO DATA"] * 4
+    assert [v.status for v in decide_finding("f1", {"variants": []})] == ["NO DATA"] * 4
     # A probe.json from before the per-seed values: NO DATA, naming the fix.
     for g in report["init_probe"]:
         del g["per_seed"]
-    old = evaluate("f1", report)
+    old = decide_finding("f1", report)
     assert {v.status for v in old} == {"NO DATA"} and "rerun f1" in old[0].note
 
 
@@ -139,7 +143,7 @@ def test_f5_tolerance() -> None:
         return {"variants": rows}
 
     # 0.03 apart, 2 seeds: the interval (t with 2 df, ±0.061) reaches past 0.05.
-    v = evaluate("f5", report([2.53, 2.55]))[0]
+    v = decide_finding("f5", report([2.53, 2.55]))[0]
     assert v.status == "INCONCLUSIVE" and "seeds per arm would settle it" in v.note
 
     def tight(rms: list) -> dict:
@@ -147,10 +151,10 @@ def test_f5_tolerance() -> None:
         return {"variants": [*rows, row(rms, placement="pre", norm="rmsnorm")]}
 
     # 0.02 apart, sd 0.01, 3 seeds: 0.02 ± 2.776 * 0.00816 = [-0.003, 0.043], inside ±0.05.
-    v = evaluate("f5", tight([2.52, 2.53, 2.54]))[0]
+    v = decide_finding("f5", tight([2.52, 2.53, 2.54]))[0]
     assert v.status == "PASS"
     assert v.intervals["pre rmsnorm - layernorm"]["hi"] == pytest.approx(0.0427, abs=1e-3)
-    v = evaluate("f5", tight([2.60, 2.61, 2.62]))[0]  # 0.10 apart: [0.077, 0.123]
+    v = decide_finding("f5", tight([2.60, 2.61, 2.62]))[0]  # 0.10 apart: [0.077, 0.123]
     assert v.status == "FAIL"
 
 
@@ -168,7 +172,7 @@ def test_f7_pass_and_fail() -> None:
     flat = {4: [0.965, 0.965, 0.965], 16: [0.97, 0.97], 64: [0.97, 0.97]}
     bn = {4: [0.89, 0.90, 0.91], 16: [0.95, 0.95], 64: [0.97, 0.97]}
     good = f7_report({"batchnorm": bn, "layernorm": flat, "rmsnorm": flat})
-    v = by_id(evaluate("f7", good))
+    v = by_id(decide_finding("f7", good))
     assert v["F7a"].status == v["F7b"].status == "PASS"
     gap = v["F7a"].intervals["batchnorm drop - layernorm drop"]
     # 0.07 - 0.005; se = 0.01 / sqrt(3) from the one noisy arm, t(0.975, df=2) = 4.303
@@ -180,7 +184,7 @@ def test_f7_pass_and_fail() -> None:
     two = {4: [0.97, 0.97], 64: [0.97, 0.97]}
     noisy = f7_report({"batchnorm": {4: [0.89, 0.91], 64: [0.97, 0.97]}, "layernorm": two,
                        "rmsnorm": two})  # fmt: skip
-    v = by_id(evaluate("f7", noisy))
+    v = by_id(decide_finding("f7", noisy))
     assert v["F7a"].status == "INCONCLUSIVE" and "seeds per arm would settle it" in v["F7a"].note
 
     # BatchNorm drops 0.01 while LayerNorm drops 0.05: both claims fail.
@@ -191,7 +195,7 @@ def test_f7_pass_and_fail() -> None:
             "rmsnorm": flat,
         }
     )
-    assert [x.status for x in evaluate("f7", bad)] == ["FAIL", "FAIL"]
+    assert [x.status for x in decide_finding("f7", bad)] == ["FAIL", "FAIL"]
 
     # A diverged BatchNorm seed at batch 4 scores 0: with one other seed, a drop of 0.49 whose
     # interval (two seeds, 0 and 0.96) still straddles the margin.
@@ -199,11 +203,11 @@ def test_f7_pass_and_fail() -> None:
     diverged = f7_report(
         {"batchnorm": {4: [None, 0.96], 64: [0.97, 0.97]}, "layernorm": ends, "rmsnorm": ends}
     )
-    drop = by_id(evaluate("f7", diverged))["F7a"].intervals["batchnorm drop - rmsnorm drop"]
+    drop = by_id(decide_finding("f7", diverged))["F7a"].intervals["batchnorm drop - rmsnorm drop"]
     assert (
         drop["effect"] == pytest.approx(0.97 - 0.48 - 0.005) and drop["outcome"] == "INCONCLUSIVE"
     )
-    assert {x.status for x in evaluate("f7", {"variants": []})} == {"NO DATA"}
+    assert {x.status for x in decide_finding("f7", {"variants": []})} == {"NO DATA"}
 
 
 # --- F6: learning rates and QK-norm --------------------------------------------------------------
@@ -265,7 +269,7 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
             True: {1e-3: ([2.7, 2.7], 4.0), 1e-2: ([2.45, 2.45], 6.0), 1e-1: ([2.6, 2.6], 12.0)},
         },
     )
-    v = by_id(evaluate("f6", good))
+    v = by_id(decide_finding("f6", good))
     assert {k: x.status for k, x in v.items()} == dict.fromkeys(
         ("F6a", "F6b", "F6c", "F6d"), "PASS"
     )
@@ -290,17 +294,17 @@ def test_f6_pass_and_fail(tmp_path: Path) -> None:
 
     # QK-norm changes nothing, and the unnormed logits rise only 5x.
     same = {1e-3: ([2.7, 2.7], 8.0), 1e-2: ([2.5, 2.5], 20.0), 1e-1: ([2.9, 2.9], 40.0)}
-    bad = by_id(evaluate("f6", f6_report(tmp_path / "bad", {False: same, True: same})))
+    bad = by_id(decide_finding("f6", f6_report(tmp_path / "bad", {False: same, True: same})))
     assert {k: x.status for k, x in bad.items()} == dict.fromkeys(bad, "FAIL")
     assert bad["F6d"].intervals["sensitivity no-qk - qk"]["effect"] == 0.0
 
     # One seed per variant, or no metrics.csv: no verdict.
     one_seed = f6_report(tmp_path / "one", {qk: {1e-3: ([2.7], 8.0)} for qk in (False, True)})
-    assert {x.status for x in evaluate("f6", one_seed)} == {"NO DATA"}
+    assert {x.status for x in decide_finding("f6", one_seed)} == {"NO DATA"}
     for variant_row in good["variants"]:
         for run in variant_row["runs"]:
             (Path(run["run_dir"]) / "metrics.csv").unlink()
-    assert {x.status for x in evaluate("f6", good)} == {"NO DATA"}
+    assert {x.status for x in decide_finding("f6", good)} == {"NO DATA"}
 
 
 def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
@@ -322,7 +326,7 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
         return {"variants": rows}
 
     drifting = report(-5.0)
-    v = by_id(evaluate("f13", drifting))
+    v = by_id(decide_finding("f13", drifting))
     assert [v[c].status for c in ("F13a", "F13b", "F13c")] == ["PASS", "PASS", "PASS"]
     # F13b compares qk with qk + z-loss: (0.52 + 0 + 0.12 + 0.52) / 4 - (0.1 + 0 + 0.05 + 0.09) / 4
     assert v["F13b"].intervals["sensitivity none - with"]["effect"] == pytest.approx(0.29 - 0.06)
@@ -331,11 +335,11 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
     assert v["F13a"].measured["with"]["sensitivity"] == pytest.approx((0.52 + 0 + 0.12 + 0.52) / 4)
     assert v["F13a"].intervals["best with - none"]["effect"] == pytest.approx(-0.02)
     inert = {**curves, (True, 1e-4): curves[(True, 0.0)]}  # z-loss changes nothing on qk
-    moved = by_id(evaluate("f13", report(-5.0, inert)))["F13b"]
+    moved = by_id(decide_finding("f13", report(-5.0, inert)))["F13b"]
     gap = "sensitivity none - with"
     assert moved.status == "FAIL" and moved.intervals[gap]["effect"] == 0.0  # log Z fell 5 nats
     # log Z rose 0.3 nats: z-loss had nothing to act on, so F13b cannot be tested here.
-    still = by_id(evaluate("f13", report(0.3, inert)))["F13b"]
+    still = by_id(decide_finding("f13", report(0.3, inert)))["F13b"]
     assert still.status == "NOT TESTABLE" and still.intervals[gap]["effect"] == 0.0
     assert still.note.startswith(
         "NOT TESTABLE AT THIS SIZE: without z-loss log Z fell at most 0.00 nats below its "
@@ -345,7 +349,7 @@ def test_f13_reads_the_arms_of_wortsmans_figure_1(tmp_path: Path) -> None:
     assert v["F13c"].intervals["span with both"]["effect"] == pytest.approx(1000)
     assert v["F13c"].intervals["span both / none"]["effect"] == pytest.approx(1000)
     # F6 reads the arms without z-loss of the same sweep.
-    f6 = by_id(evaluate("f6", drifting))
+    f6 = by_id(decide_finding("f6", drifting))
     assert f6["F6d"].status == "PASS" and f6["F6d"].measured["no_qk"] == pytest.approx(0.825)
 
 

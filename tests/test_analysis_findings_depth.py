@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.findings import NoData, Verdict, evaluate
+from analysis.findings import NoData, Verdict, decide_finding
 from analysis.findings.common import confirm_at, variant
 from analysis.findings.depth import post_update_jumps
 from models.placement import PLACEMENTS
@@ -31,7 +31,7 @@ def f2_report(post_off: list, post_on: list, pre_off: list, pre_on: list) -> dic
 
 def test_f2_pass_and_fail() -> None:
     settings = {"ref_lr": 1e-3}
-    good = evaluate(
+    good = decide_finding(
         "f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5, 2.51], [2.5, 2.5, 2.51]), settings
     )
     assert [v.status for v in good] == ["PASS", "PASS"]
@@ -41,15 +41,21 @@ def test_f2_pass_and_fail() -> None:
     # Welch: sds 0.0707 each, se 0.0707, df 2: 0.5 ± 4.303 * 0.0707 = [0.196, 0.804]
     assert f2a.intervals["gap"]["lo"] == pytest.approx(0.5 - 4.3027 * 0.070711, abs=1e-3)
     # Two seeds each 0.01 apart: the interval (t with 1 df) cannot tell 0.01 from 0.05.
-    loose = evaluate("f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings)
+    loose = decide_finding(
+        "f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5], [2.5, 2.5]), settings
+    )
     assert loose[1].status == "INCONCLUSIVE" and "seeds per arm" in loose[1].note
     # The gap is 0.09 < 0.10; Pre-LN without warmup 0.08 worse > 0.05.
-    bad = evaluate("f2", f2_report([2.64, 2.64], [2.55, 2.55], [2.58, 2.58], [2.5, 2.5]), settings)
+    bad = decide_finding(
+        "f2", f2_report([2.64, 2.64], [2.55, 2.55], [2.58, 2.58], [2.5, 2.5]), settings
+    )
     assert [v.status for v in bad] == ["FAIL", "FAIL"]
     # A diverged seed makes Post-LN without warmup worse than anything that trained.
-    diverged = evaluate("f2", f2_report([None, 2.6], [2.55, 2.55], [2.5], [2.5, 2.5]), settings)
+    diverged = decide_finding(
+        "f2", f2_report([None, 2.6], [2.55, 2.55], [2.5], [2.5, 2.5]), settings
+    )
     assert status(diverged, "F2a") == "PASS" and status(diverged, "F2b") == "NO DATA"
-    assert status(evaluate("f2", f2_report([3], [2], [2], [2]), {}), "F2a") == "NO DATA"
+    assert status(decide_finding("f2", f2_report([3], [2], [2], [2]), {}), "F2a") == "NO DATA"
 
 
 def test_depth_claims_pass_and_fail() -> None:
@@ -64,7 +70,7 @@ def test_depth_claims_pass_and_fail() -> None:
         },
         warmup_steps=50,
     )
-    verdicts = evaluate("f3", good, {"max_steps": 200})
+    verdicts = decide_finding("f3", good, {"max_steps": 200})
     assert {v.id: v.status for v in verdicts} == {
         "F3a": "PASS",
         "F3b": "PASS",
@@ -81,9 +87,9 @@ def test_depth_claims_pass_and_fail() -> None:
         },
         warmup_steps=50,
     )
-    verdicts = evaluate("f3", bad, {"max_steps": 200})
+    verdicts = decide_finding("f3", bad, {"max_steps": 200})
     assert [status(verdicts, c) for c in ("F3a", "F3b", "F4")] == ["FAIL", "FAIL", "FAIL"]
-    assert status(evaluate("vit", bad, {}), "V1") == "FAIL"
+    assert status(decide_finding("vit", bad, {}), "V1") == "FAIL"
 
 
 def test_update_claim_reads_metrics(tmp_path: Path) -> None:
@@ -148,13 +154,13 @@ def test_an_update_arm_with_warmup_beside_a_grid_without(tmp_path: Path) -> None
     report = {"variants": grid + arm}
     settings = {"max_steps": 200, "lr": 3e-3, "baseline": {"warmup_steps": 0},
                 "update_arm": {"warmup_steps": 20}}  # fmt: skip
-    v1, _, v3 = evaluate("vit", report, settings)
+    v1, _, v3 = decide_finding("vit", report, settings)
     assert v1.status == "PASS" and v1.measured["post"] == pytest.approx(0.9)
     assert v1.measured["best_lr"] == {"post-L12": 3e-3, "pre-L12": 3e-3, "deepnorm-L12": 3e-3}
     assert v3.intervals["post / deepnorm"]["n"] == [5, 5]
     assert v3.intervals["post / deepnorm"]["effect"] == pytest.approx(6.0)
     # Without the baseline the grid's 3e-3 rows and the arm's collide: no single row to read.
-    assert evaluate("vit", report, {**settings, "baseline": {}})[0].status == "NO DATA"
+    assert decide_finding("vit", report, {**settings, "baseline": {}})[0].status == "NO DATA"
     assert confirm_at(report, ["placement", "n_layer"], [100], {"warmup_steps": 0}) == [
         {"placement": p, "n_layer": 12, "lr": 3e-3} for p in ("deepnorm", "post", "pre")
     ]
@@ -186,7 +192,7 @@ def test_league_ranks_each_placement_at_its_best_lr(tmp_path: Path) -> None:
         "ngpt": {3e-4: [3.2, 3.2], 1e-3: [3.0, 3.0], 3e-3: [2.8, 2.8], 1e-2: [2.5, 2.52]},
         "admin": {3e-4: [3.0, 3.0], 1e-3: [3.05, 3.0], 3e-3: [3.1, 3.1], 1e-2: [3.2, 3.2]},
     }
-    v = by_id(evaluate("placements", league_report(tmp_path, curves, unigram=3.26)))
+    v = by_id(decide_finding("placements", league_report(tmp_path, curves, unigram=3.26)))
     assert {k: x.status for k, x in v.items()} == {
         **dict.fromkeys(("P1", "P2", "P3", "P4", "P6", "P7"), "PASS"),
         "P5": "FAIL",  # Admin's best (3.0 at 3e-4) is 0.26 below the unigram loss: < 0.3
@@ -227,13 +233,13 @@ def test_placement_claims_pass_and_fail() -> None:
             ("admin", 12): [2.7, 2.71],
         }
     )
-    v = by_id(evaluate("placements", good))
+    v = by_id(decide_finding("placements", good))
     claims = ("P1", "P2", "P3", "P4", "P5")
     assert {k: v[k].status for k in claims} == dict.fromkeys(claims, "PASS")
     assert v["P2"].intervals["deepest - shallowest"]["effect"] == pytest.approx(0.15)
     assert v["P1"].intervals["post - deepnorm"]["effect"] == pytest.approx(3.255 - 2.72)
     # Admin 0.0 above its shallow self, but its two seeds 0.1 apart: no verdict either way.
-    noisy = by_id(evaluate("placements", depth_report(shallow | {("admin", 12): [2.7, 2.8]})))
+    noisy = by_id(decide_finding("placements", depth_report(shallow | {("admin", 12): [2.7, 2.8]})))
     assert noisy["P5"].status == "INCONCLUSIVE"
 
     bad = depth_report(
@@ -246,8 +252,8 @@ def test_placement_claims_pass_and_fail() -> None:
             ("admin", 12): [3.1, 3.1],
         }
     )
-    v = by_id(evaluate("placements", bad))
+    v = by_id(decide_finding("placements", bad))
     assert [v[c].status for c in claims] == ["FAIL", "PASS", "FAIL", "FAIL", "FAIL"]
     assert v["P4"].measured["deepest"] == "inf (diverged)"
     one_depth = depth_report(shallow)  # one depth and no summary.json: no unigram loss
-    assert by_id(evaluate("placements", one_depth))["P2"].status == "NO DATA"
+    assert by_id(decide_finding("placements", one_depth))["P2"].status == "NO DATA"

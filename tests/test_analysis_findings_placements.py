@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis.block_profile import last_profile, plot_profiles
-from analysis.findings import evaluate
+from analysis.findings import decide_finding
 from tests.reports import by_id, depth_report
 
 
@@ -64,7 +64,7 @@ LNS = {"cos": [0.1, 0.5, 0.8, 0.9, 0.9, 0.92, 0.94, 0.96], "rms": [1, 2, 3, 4, 4
 
 
 def test_f9_pass(tmp_path: Path) -> None:
-    v = by_id(evaluate("f9", f9_report(tmp_path, PRE, LNS)))
+    v = by_id(decide_finding("f9", f9_report(tmp_path, PRE, LNS)))
     assert {k: x.status for k, x in v.items()} == dict.fromkeys(F9, "PASS")
     assert v["F9a"].intervals["RMS after L / after L/2"]["effect"] == pytest.approx(2.0)  # 8 / 4
     assert v["F9b"].measured["cos_late"] == pytest.approx(0.9725)  # mean of 0.95 .. 0.99
@@ -75,7 +75,7 @@ def test_f9_pass(tmp_path: Path) -> None:
 
 def test_f9_fail_and_no_data(tmp_path: Path) -> None:
     flat = {"cos": [0.1, 0.5, 0.6, 0.7, 0.8, 0.85, 0.85, 0.88], "rms": [1, 2, 3, 4, 4, 4, 4, 4.4]}
-    v = by_id(evaluate("f9", f9_report(tmp_path, flat, flat, pre_loss=2.8, lns_loss=2.9)))
+    v = by_id(decide_finding("f9", f9_report(tmp_path, flat, flat, pre_loss=2.8, lns_loss=2.9)))
     # Growth 1.1 < 1.2; later-half cos 0.845 < 0.9; LNS 0.1 worse > 0.05; and F9c rests on
     # F9a's growth: without it there is nothing for LNS to damp.
     assert [v[c].status for c in F9] == ["FAIL", "FAIL", "NOT TESTABLE", "FAIL"]
@@ -83,13 +83,13 @@ def test_f9_fail_and_no_data(tmp_path: Path) -> None:
     # With the growth there, an LNS that leaves the cosine where it was fails F9c.
     grown = {"cos": flat["cos"], "rms": PRE["rms"]}
     (tmp_path / "g").mkdir()
-    v = by_id(evaluate("f9", f9_report(tmp_path / "g", grown, grown)))
+    v = by_id(decide_finding("f9", f9_report(tmp_path / "g", grown, grown)))
     assert v["F9c"].status == "FAIL"
     (tmp_path / "b").mkdir()
     report = f9_report(tmp_path / "b", PRE, LNS)
     for run in report["variants"][1]["runs"]:
         write_metrics(Path(run["run_dir"]), {0: {"train/loss": 3.0}})  # the probes were off
-    v = by_id(evaluate("f9", report))
+    v = by_id(decide_finding("f9", report))
     assert v["F9c"].status == "NO DATA" and v["F9a"].status == "PASS"
 
 
@@ -101,7 +101,7 @@ def test_f11_pass_and_fail() -> None:
             ("post", 24): [3.26, None], ("admin", 24): [2.6, 2.62], ("pre", 24): [2.75, 2.8],
         }
     )  # fmt: skip
-    v = by_id(evaluate("f11", good))
+    v = by_id(decide_finding("f11", good))
     assert {k: x.status for k, x in v.items()} == {"F11a": "PASS", "F11b": "PASS", "F11c": "PASS"}
     assert v["F11a"].measured["post"] == "inf (diverged)"
     assert v["F11c"].measured["L24_admin"] == pytest.approx(2.61)
@@ -111,10 +111,10 @@ def test_f11_pass_and_fail() -> None:
             ("post", 24): [2.9, 2.9], ("admin", 24): [2.8, 2.8], ("pre", 24): [2.8, 2.8],
         }
     )  # fmt: skip
-    v = by_id(evaluate("f11", bad))
+    v = by_id(decide_finding("f11", bad))
     # Post-LN only 0.1 above Pre-LN; Admin 0.1 below Post-LN; Admin 0.1 above Pre-LN at 6.
     assert [v[c].status for c in ("F11a", "F11b", "F11c")] == ["FAIL", "FAIL", "FAIL"]
-    assert by_id(evaluate("f11", {"variants": []}))["F11a"].status == "NO DATA"
+    assert by_id(decide_finding("f11", {"variants": []}))["F11a"].status == "NO DATA"
 
 
 def test_plot_profiles_draws_every_profiled_variant(tmp_path: Path) -> None:

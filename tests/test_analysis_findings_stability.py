@@ -11,7 +11,7 @@ import pytest
 
 from analysis import heatmaps
 from analysis import report as reporting
-from analysis.findings import evaluate
+from analysis.findings import decide_finding
 from analysis.runs import Run
 from tests.reports import by_id
 
@@ -62,7 +62,7 @@ def test_f8_pass_and_fail(tmp_path: Path) -> None:
             variant(tmp_path / "a", {"placement": "sandwich"}, [peri, peri]),
         ]
     }
-    v = by_id(evaluate("f8", good))
+    v = by_id(decide_finding("f8", good))
     assert [v[c].status for c in ("F8a", "F8b", "F8c")] == ["PASS"] * 3
     assert v["F8a"].measured["pre_last_over_first"] == 4.0
     assert v["F8b"].intervals["rms growth"]["effect"] == pytest.approx(20 / 3, rel=1e-3)
@@ -74,7 +74,7 @@ def test_f8_pass_and_fail(tmp_path: Path) -> None:
     half = residual([0.5, 1.0, 1.5], [2.5, 5.0, 10.0], 50.0)
     rows = [variant(tmp_path / "h", {"placement": p}, [x, x]) for p, x in (("pre", pre),
             ("sandwich", half))]  # fmt: skip
-    assert by_id(evaluate("f8", {"variants": rows}))["F8c"].status == "FAIL"
+    assert by_id(decide_finding("f8", {"variants": rows}))["F8c"].status == "FAIL"
     flat = residual([1.0, 1.0, 1.0], [1.5, 1.5, 1.5], 6.0)  # neither depth nor training growth
     bad = {
         "variants": [
@@ -82,9 +82,9 @@ def test_f8_pass_and_fail(tmp_path: Path) -> None:
             variant(tmp_path / "b", {"placement": "sandwich"}, [flat, flat]),
         ]
     }
-    assert {x.status for x in evaluate("f8", bad)} == {"FAIL"}
+    assert {x.status for x in decide_finding("f8", bad)} == {"FAIL"}
     one_seed = {"variants": [variant(tmp_path / "c", {"placement": "pre"}, [pre])]}
-    assert {x.status for x in evaluate("f8", one_seed)} == {"NO DATA"}
+    assert {x.status for x in decide_finding("f8", one_seed)} == {"NO DATA"}
 
 
 # --- F10 -----------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_f10_pass_fail_and_no_data(tmp_path: Path) -> None:
             True: {1e-3: (2.1, [2.6, 2.6]), 1e-2: (1.9, [2.4, 2.4]), 1e-1: (1.5, [2.6, 2.6])},
         },
     )
-    v = by_id(evaluate("f10", good))
+    v = by_id(decide_finding("f10", good))
     assert [v[c].status for c in ("F10a", "F10b", "F10c")] == ["PASS"] * 3
     a = v["F10a"].intervals
     assert a["min entropy at lr 0.1"]["effect"] == 0.05
@@ -125,11 +125,11 @@ def test_f10_pass_fail_and_no_data(tmp_path: Path) -> None:
     assert v["F10c"].measured["diverged_runs"] == 1
     # QK-norm collapses as well (0.08 < 0.1 nats) and changes no loss.
     same = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.08, [2.6, 2.6])}
-    bad = by_id(evaluate("f10", f10_report(tmp_path / "b", {False: same, True: same})))
+    bad = by_id(decide_finding("f10", f10_report(tmp_path / "b", {False: same, True: same})))
     assert [bad[c].status for c in ("F10a", "F10b", "F10c")] == ["PASS", "FAIL", "FAIL"]
     # Halving is no collapse: 0.5 nats stays above the floor.
     flat = {1e-3: (2.0, [2.6, 2.6]), 1e-1: (0.5, [2.6, 2.6])}
-    none = by_id(evaluate("f10", f10_report(tmp_path / "c", {False: flat, True: flat})))
+    none = by_id(decide_finding("f10", f10_report(tmp_path / "c", {False: flat, True: flat})))
     assert none["F10a"].status == "FAIL" and none["F10c"].status == "NO DATA"
 
 
@@ -163,7 +163,7 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     settings = {"warmup_steps": 50, "max_steps": 150}
     # The top rate rises 1 nat after warmup, then falls to -2.0: a late fall of 6 nats, below 0.
     good = f12_report(tmp_path / "a", grid((4.5, 4.0, 5.0, -2.0), (1.0, 0.6, 0.5, 0.5)))
-    v = by_id(evaluate("f12", good, settings))
+    v = by_id(decide_finding("f12", good, settings))
     assert [v[c].status for c in ("F12a", "F12b", "F12c")] == ["PASS"] * 3
     assert v["F12a"].measured == {
         "fall_lowest_lr": 0.5, "fall_top_lr": 6.0, "min_top_lr": -2.0, "rise_top_lr": 1.0
@@ -176,11 +176,11 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     bad = f12_report(
         tmp_path / "b", grid((4.5, 4.0, 2.5, 1.5), (4.5, 4.0, 2.5, 1.4), z_best=(2.60, 2.62))
     )
-    assert {x.status for x in evaluate("f12", bad, settings)} == {"FAIL"}
+    assert {x.status for x in decide_finding("f12", bad, settings)} == {"FAIL"}
     # log Z only rises after warmup at the top lr: no divergence for F12a to see, while
     # z-loss's pull toward 0 is decided anyway (final |log Z| 0.5 against 4.4).
     still = f12_report(tmp_path / "c", grid((4.5, 4.0, 4.6, 4.4), (1.0, 0.6, 0.5, 0.5)))
-    v = by_id(evaluate("f12", still, {**settings, "max_steps": 1000}))
+    v = by_id(decide_finding("f12", still, {**settings, "max_steps": 1000}))
     assert v["F12a"].status == "NOT TESTABLE"
     assert v["F12a"].note.startswith(
         "NOT TESTABLE AT THIS SIZE: without z-loss log Z fell at most 0.00 nats below its "
@@ -189,7 +189,9 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     assert "in 1000 steps" in v["F12a"].note and "the run's length" in v["F12a"].note
     assert v["F12b"].status == "PASS" and v["F12c"].status == "PASS"
     three = {z: dict(list(by.items())[1:]) for z, by in grid(QUIET, QUIET).items()}
-    assert by_id(evaluate("f12", f12_report(tmp_path / "d", three)))["F12a"].status == "NO DATA"
+    assert (
+        by_id(decide_finding("f12", f12_report(tmp_path / "d", three)))["F12a"].status == "NO DATA"
+    )
 
 
 # --- the report: heat maps and probe scalars ------------------------------------------------------

@@ -75,13 +75,13 @@ def test_seeds_needed_clears_the_margin_at_that_many_seeds() -> None:
 
 
 def test_the_verdict_table_shows_each_effect_with_its_interval_and_margin() -> None:
-    from analysis.findings import evaluate
+    from analysis.findings import decide_finding
     from experiments.verdicts import effects, verdict_markdown
     from tests.reports import row
 
     rows = [row([3.0, 3.1], placement="post", lr=1e-3, warmup_steps=0)]
     rows += [row([2.5, 2.6], placement="post", lr=1e-3, warmup_steps=100)]
-    f2a = evaluate("f2", {"variants": rows}, {"ref_lr": 1e-3})[0]
+    f2a = decide_finding("f2", {"variants": rows}, {"ref_lr": 1e-3})[0]
     # 0.5 ± t(0.975, 2) * sqrt(0.005/2 + 0.005/2) = 0.5 ± 4.3027 * 0.0707
     assert effects(f2a.intervals) == "gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1"
     record = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.findings import evaluate
+from analysis.findings import decide_finding
 from analysis.findings.common import confirm_at
 from experiments import reproduce
 from experiments import sweep as reproduce_sweep
@@ -45,7 +45,7 @@ def test_the_best_lr_is_chosen_on_the_grid_and_the_claim_decided_on_fresh_seeds(
         {"placement": "pre", "norm": "layernorm", "lr": 1e-3},
         {"placement": "pre", "norm": "rmsnorm", "lr": 1e-3},
     ]
-    v = evaluate("f5", report, {"confirm": {"seeds": FRESH}})[0]
+    v = decide_finding("f5", report, {"confirm": {"seeds": FRESH}})[0]
     assert v.status == "PASS"  # 0.004 apart on 5 fresh seeds each, inside ±0.05
     ci = v.intervals["pre rmsnorm - layernorm"]
     assert ci["n"] == [5, 5] and ci["effect"] == pytest.approx(2.512 - 2.508)
@@ -55,7 +55,7 @@ def test_the_best_lr_is_chosen_on_the_grid_and_the_claim_decided_on_fresh_seeds(
     # Without the confirm setting the choice still reads the grid's seeds only (those run at more
     # than one rate): the seeds run at 1e-3 alone never pull LayerNorm's choice to 3e-3 (their
     # mean 2.48 would); the claim then reads every run at the chosen rate, 7 a variant.
-    plain = evaluate("f5", report, {})[0]
+    plain = decide_finding("f5", report, {})[0]
     assert plain.measured["best_lr"] == {"pre-layernorm": 1e-3, "pre-rmsnorm": 1e-3}
     assert plain.intervals["pre rmsnorm - layernorm"]["n"] == [7, 7]
 
@@ -67,7 +67,7 @@ def test_confirming_runs_at_another_lr_are_no_data() -> None:
         f5_row("rmsnorm", 1e-3, [2.41, 2.41], [2.5] * 5),
         f5_row("rmsnorm", 3e-3, [2.60, 2.60]),
     ]
-    v = evaluate("f5", {"variants": rows}, {"confirm": {"seeds": FRESH}})[0]
+    v = decide_finding("f5", {"variants": rows}, {"confirm": {"seeds": FRESH}})[0]
     assert v.status == "NO DATA" and "0 confirming runs at its best lr 0.001" in v.note
 
 

@@ -6,7 +6,16 @@ studies, norms: F5 and F7, lr: F6 and F13, stability: F8, F10, F12).
 """
 
 from analysis.findings.common import VERDICTS, NoData, Verdict
-from analysis.findings.decide import evaluate
+from analysis.findings.decide import decide_finding
 from analysis.findings.registry import ALIASES, FINDINGS, Claim, Finding
 
-__all__ = ["ALIASES", "FINDINGS", "VERDICTS", "Claim", "Finding", "NoData", "Verdict", "evaluate"]
+__all__ = [
+    "ALIASES",
+    "FINDINGS",
+    "VERDICTS",
+    "Claim",
+    "Finding",
+    "NoData",
+    "Verdict",
+    "decide_finding",
+]

@@ -9,7 +9,7 @@ from analysis.findings.common import NoData, Verdict, note_lrs
 from analysis.findings.registry import ALIASES, FINDINGS
 
 
-def evaluate(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
+def decide_finding(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
     """Every claim of ``finding`` decided on ``report``; ``settings``: the experiment's
     ``reproduce`` node plus ``max_steps``."""
     settings = settings or {}

@@ -18,7 +18,7 @@ import data.cache
 import data.tokens
 from data import TextDataConfig, TextDataModule
 from data.cache import cache_root, entry_dir
-from data.tokens import fingerprint, label
+from data.tokens import cache_key, label
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = {"max_chars": 20_000}  # a small slice of pydocs
@@ -101,7 +101,7 @@ def test_a_build_killed_half_way_leaves_nothing_that_is_read(tmp_path, monkeypat
     assert list((tmp_path / "text").iterdir()) == [next((tmp_path / "text").glob("*.lock"))]
     # A SIGKILL leaves its temporary directory: the next build removes it.
     cfg = TextDataConfig(cache_dir=str(tmp_path), **CFG)
-    target = entry_dir(cache_root(cfg.cache_dir), "text", label(cfg), fingerprint(cfg))
+    target = entry_dir(cache_root(cfg.cache_dir), "text", label(cfg), cache_key(cfg))
     stale = target.parent / f".{target.name}.tmp-999999"
     (stale / "train.bin").parent.mkdir()
     (stale / "train.bin").write_bytes(b"partial")
