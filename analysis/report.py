@@ -9,8 +9,10 @@ Unreadable files cost one warning line each, never the report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +221,19 @@ def question_first(name: str) -> tuple[int, int]:
     return (2, 0) if name.startswith("heat_") else (1, 0)
 
 
+@contextlib.contextmanager
+def writing_into(out_dir: Path) -> Iterator[None]:
+    """A read-only sweep dir or a full disk while the report is written: one line, no
+    traceback."""
+    try:
+        yield
+    except OSError as err:
+        raise SystemExit(
+            f"compare: cannot write the report into {out_dir} ({err.strerror or err}); free "
+            "space or pass --out <a writable dir>"
+        ) from None
+
+
 def compare(
     sweep_dir: str | Path, out: str | Path | None = None, plots: bool = True, logy: bool = False
 ) -> dict:
@@ -235,43 +250,33 @@ def compare(
             f"compare: no runs under {sweep_dir} (no summary.json, metrics.csv, "
             ".hydra/config.yaml or probe.json); pass a sweep dir such as multirun/<date>/<time>"
         )
-    try:
-        return write_report(sweep_dir, out_dir, runs, warn, fields, left_out, found, plots, logy)
-    except OSError as err:  # a read-only sweep dir, a full disk: one line, never a traceback
-        raise SystemExit(
-            f"compare: cannot write the report into {out_dir} ({err.strerror or err}); free "
-            "space or pass --out <a writable dir>"
-        ) from None
-
-
-def write_report(sweep_dir, out_dir, runs, warn, fields, left_out, found, plots, logy) -> dict:
-    """report.json, report.md, report.html and the plots into ``out_dir``; the report."""
-    variants = group_variants(runs, fields)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = {
-        "sweep_dir": str(sweep_dir),
-        "n_runs": len(runs),
-        "variant_fields": fields,
-        "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [sweep_dir.resolve().name],
-        "wandb_sync": wandb_sync_pattern(sweep_dir, skip=out_dir),
-        "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
-        "variants": [v.row() for v in variants],
-        "lr_sweep": lr_sweep.lr_sweep(variants, fields),
-        "init_probe": init_probes.probe_groups(found),
-        "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
-        "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
-        "warnings": [*warn, *left_out],
-    }
-    report["warnings"] += stalled_warnings(report)
-    if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
-        report["plots"].append(name)
-    report["plots"].sort(key=question_first)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out_dir / "report.md").write_text(markdown(report))
-    probed = report["init_probe"] and not trained(report)
-    cells = probe_cells(report["init_probe"]) if probed else table_cells(report)
-    (out_dir / "report.html").write_text(page(report, cells, out_dir))
-    return report
+    with writing_into(out_dir):
+        variants = group_variants(runs, fields)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report = {
+            "sweep_dir": str(sweep_dir),
+            "n_runs": len(runs),
+            "variant_fields": fields,
+            "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [sweep_dir.resolve().name],
+            "wandb_sync": wandb_sync_pattern(sweep_dir, skip=out_dir),
+            "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
+            "variants": [v.row() for v in variants],
+            "lr_sweep": lr_sweep.lr_sweep(variants, fields),
+            "init_probe": init_probes.probe_groups(found),
+            "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
+            "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
+            "warnings": [*warn, *left_out],
+        }
+        report["warnings"] += stalled_warnings(report)
+        if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
+            report["plots"].append(name)
+        report["plots"].sort(key=question_first)
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        (out_dir / "report.md").write_text(markdown(report))
+        probed = report["init_probe"] and not trained(report)
+        cells = probe_cells(report["init_probe"]) if probed else table_cells(report)
+        (out_dir / "report.html").write_text(page(report, cells, out_dir))
+        return report
 
 
 def xy_figure(

@@ -5,15 +5,15 @@ one sparse row per logged step), .hydra/config.yaml (the composed config) and pr
 init probe). Readers here never raise on a bad file: each unreadable file costs one warning line.
 
 The run dir's file names, what counts as a run dir and the one dict flattener are the run-dir
-contract's (runs/runfiles.py); the statuses a run can end in (FINISHED) and the summary
-reader are the run record's (runs/record.py); the one log-log slope fit is
-runs/numbers.py's: the definitions train.py writes with, re-exported here.
+contract's (runs/runfiles.py); the statuses a run can end in and the summary reader are the run
+record's (runs/record.py): the definitions train.py writes with, read here.
 """
 
 from __future__ import annotations
 
 import csv
 import fnmatch
+import functools
 import json
 import math
 import re
@@ -242,7 +242,7 @@ class Run:
     def status(self) -> str:
         return status_of(self.summary)
 
-    @property
+    @functools.cached_property
     def settings(self) -> dict[str, Any]:
         """Every setting that changes this run's numbers but its seed: the ``run_config`` its
         summary.json records, else its config less the operational keys; per-run keys left out."""

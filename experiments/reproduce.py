@@ -122,6 +122,14 @@ def launch(sweep: Sweep) -> int:
     return code
 
 
+def bad_overrides(err: Exception) -> int:
+    """A bad override or config (composing the sweep, or resolving a job's config): one line
+    naming the error, exit status 1."""
+    why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    console.print(f"error: {type(err).__name__}: {why}; check the overrides", markup=False)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.finding == "all":
@@ -130,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = plan_sweep(args)
         jobs, dirs, out = sweep.jobs, sweep.dirs, sweep.out
     except Exception as err:  # noqa: BLE001 - a bad override or config: one line, then exit
-        console.print(f"error: {type(err).__name__}: {err}; check the overrides", markup=False)
-        return 1
+        return bad_overrides(err)
     if problem := (None if args.dry_run else busy(out)) or claim_sweep_dir(
         out, sweep.experiment, args.overrides, args.dry_run
     ):
@@ -147,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         try:  # each job's config resolved: a value the experiment has no entry for fails here
             minutes = estimate_s(sweep.cfg, left, sweep.finding.kind) / 60
         except Exception as err:  # noqa: BLE001 - an override the experiment cannot take
-            why = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            console.print(f"error: {type(err).__name__}: {why}; check the overrides", markup=False)
-            return 1
+            return bad_overrides(err)
         console.print(f"  estimate: ~{minutes:.1f} min for {len(left)} runs {ESTIMATE}")
     if args.dry_run:
         for k, job in enumerate(dirs):

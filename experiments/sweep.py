@@ -19,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from analysis.runs import read_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
+from runs.dirlock import RunDirLock
+from runs.errors import Refused
 from runs.jobs import job_dir
 from runs.record import FINISHED, Outcome, Status
 
@@ -279,19 +281,15 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
         owner = json.loads(path.read_text()) if path.is_file() else None
     except (OSError, ValueError):
         owner = None
-    if (
-        isinstance(owner, dict)
-        and {
-            "experiment": owner.get("experiment"),
-            "overrides": grid_of(owner.get("overrides") or []),
-        }
-        != wanted
-    ):
-        made = " ".join([f"experiment={owner.get('experiment')}", *(owner.get("overrides") or [])])
-        return (
-            f"{out} holds the sweep of {made}, not of experiment={experiment} "
-            f"{' '.join(overrides)}; pick another --out, or rerun with that experiment's overrides"
-        )
+    if isinstance(owner, dict):
+        held = {"experiment": owner.get("experiment"), "overrides": owner.get("overrides") or []}
+        if {**held, "overrides": grid_of(held["overrides"])} != wanted:
+            made = " ".join([f"experiment={held['experiment']}", *held["overrides"]])
+            return (
+                f"{out} holds the sweep of {made}, not of experiment={experiment} "
+                f"{' '.join(overrides)}; pick another --out, or rerun with that experiment's "
+                "overrides"
+            )
     if dry_run or owner is not None:
         return None
     if out.is_dir() and any(out.glob(f"*/{runfiles.SUMMARY}")):
@@ -308,9 +306,6 @@ def claim_sweep_dir(out: Path, experiment: str, overrides: list[str], dry_run: b
 def busy(out: Path) -> str | None:
     """Why ``out`` cannot take a sweep now (another sweep holds its lock, named by PID), or None;
     said here in one line, not only in sweep.log once the sweep stopped."""
-    from runs.dirlock import RunDirLock
-    from runs.errors import Refused
-
     if not out.is_dir():
         return None
     lock = RunDirLock(out, "sweep dir", "another --out")

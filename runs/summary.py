@@ -53,7 +53,9 @@ FIELDS: dict[str, Field] = {
     "lr": Field(Number, "the peak learning rate", wandb=True),
     "warmup_steps": Field(int, "linear warmup steps as run (a too-long one clamped)"),
     "seed": Field(int, "the run's seed"),
-    "code_version": Field(str, "a digest of the code that ran (models, data, training, train.py)"),
+    "code_version": Field(
+        str, "a digest of the code that ran (models, data, runs, training, train.py)"
+    ),
     "run_config": Field(JSON, "every setting that decides the result, flattened (the fingerprint)"),
     "threads": Field(int, "torch CPU threads the run used"),
     "wall_s": Field(Number | None, "seconds from the run dir's opening to its close"),

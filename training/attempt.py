@@ -173,20 +173,20 @@ def write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
 
 # The code that computes a run's numbers: its digest is the run's code_version, so a report can
 # say when a variant pools runs of different code (a sweep resumed after an edit).
-CODE = CHECKOUT
-CODE_DIRS = ("models", "data", "training")
+CODE_DIRS = ("models", "data", "runs", "training")
 
 
 @functools.cache
 def code_version() -> str:
-    """A short digest of the Python (and C++) sources of the harness, models and data, and of
-    train.py: equal for runs of the same code whether or not it is a git checkout."""
+    """A short digest of the Python (and C++) sources of the harness, the run-dir contract,
+    models and data, and of train.py: equal for runs of the same code whether or not it is a
+    git checkout."""
     digest = hashlib.sha256()
-    files = [CODE / "train.py"] + [
-        p for d in CODE_DIRS for p in (CODE / d).rglob("*") if p.suffix in (".py", ".cpp")
+    files = [CHECKOUT / "train.py"] + [
+        p for d in CODE_DIRS for p in (CHECKOUT / d).rglob("*") if p.suffix in (".py", ".cpp")
     ]
     for path in sorted(f for f in files if f.is_file()):
-        digest.update(path.relative_to(CODE).as_posix().encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(CHECKOUT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

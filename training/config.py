@@ -27,27 +27,27 @@ from training.errors import closest
 from training.optim_config import OPTIMIZER_KEYS, SCHEDULE_KEYS, OptimConfig
 
 
-def finite(value: Any) -> bool:
+def all_finite(value: Any) -> bool:
     """No nan or inf anywhere in ``value``: as a setting either turns a comparison off (a
     divergence factor of nan never fires) or poisons every sum it enters."""
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, list | tuple):
-        return all(finite(v) for v in value)
+        return all(all_finite(v) for v in value)
     if isinstance(value, dict):
-        return all(finite(v) for v in value.values())
+        return all(all_finite(v) for v in value.values())
     return True
 
 
 def setting_ok(value: Any, hint: Any) -> bool:
     """A config value fits its field: of the annotated type and finite."""
-    return type_ok(value, hint) and finite(value)
+    return type_ok(value, hint) and all_finite(value)
 
 
 def type_error(key: str, value: Any, hint: Any) -> str:
     """The one line for ``key=value`` not fitting ``hint`` (a non-finite float named as such)."""
     fix = f"fix it on the command line ({key}=...)"
-    if not finite(value):
+    if not all_finite(value):
         return f"{key} must be a finite number, got {value!r}; {fix}"
     return f"{key}={value!r} must be of type {type_name(hint)}; {fix}"
 

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from analysis import stats
+from analysis.runs import finite
 from analysis.variants import grid_seeds
 from runs.record import FINISHED
 
@@ -292,8 +293,7 @@ def too_few(row: dict, n: int, what: str = "completed or diverged runs") -> NoDa
 
 def scored(run: dict, metric: str = "best_val_loss") -> bool:
     """Whether a completed run has ``metric`` (one trained without validation has none)."""
-    value = run.get(metric)
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite(run.get(metric)) is not None
 
 
 def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
