@@ -18,6 +18,7 @@ from rich.table import Table
 
 from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, decide_finding
 from analysis.findings.common import confirm_at
+from analysis.findings.settings import read_reproduce
 from analysis.report import compare, table_cells, xy_figure
 from analysis.wandb_report import log_report
 from experiments.sweep import (
@@ -33,7 +34,6 @@ from experiments.sweep import (
     launch_overrides,
     run_states,
     run_sweep,
-    settings_of,
     sweep_jobs,
     swept_values,
 )
@@ -200,19 +200,19 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     """Select, then confirm (``reproduce.confirm``): once every grid run has finished, one launch
     per variant at its best lr chosen on the grid's seeds, over the fresh ``seeds``; none while
     the grid is unfinished or when the experiment confirms nothing."""
-    confirm = settings_of(sweep.cfg).get("confirm")
+    reproduce = read_reproduce(sweep.cfg)
+    confirm = reproduce.confirm
     if not confirm or code != 0 or not all_finished(sweep.out, sweep.dirs):
         return []
     grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
-    seeds = "seed=" + ",".join(map(str, confirm["seeds"]))
+    seeds = "seed=" + ",".join(map(str, confirm.seeds))
     out = []
     report = compare(sweep.out, plots=False)
-    baseline = settings_of(sweep.cfg).get("baseline")
-    for chosen in confirm_at(report, list(confirm["by"]), confirm["seeds"], baseline):
+    for chosen in confirm_at(report, list(confirm.by), confirm.seeds, reproduce.baseline):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
         fixed = [  # a param the report does not vary (None) is left to the experiment
             f"{key}={chosen[param]}"
-            for param, key in confirm["by"].items()
+            for param, key in confirm.by.items()
             if chosen[param] is not None
         ]
         these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
@@ -230,14 +230,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in sweep.finding.draws:
         draw(out)
-    cfg = sweep.cfg
-    settings = {
-        **settings_of(cfg),
-        "max_steps": cfg.trainer.max_steps,
-        "lr": cfg.optim.lr,
-        "warmup_steps": cfg.optim.warmup_steps,
-    }
-    verdicts = decide_finding(name, report, settings)
+    verdicts = decide_finding(name, report, read_reproduce(sweep.cfg))
     runs = [r for v in report["variants"] for r in v["runs"]]
     statuses = sorted({r["status"] for r in runs})
     record = {

@@ -11,11 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from analysis.findings.settings import read_reproduce
 from analysis.runs import read_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
@@ -64,17 +64,9 @@ def launch_overrides(cfg, overrides: list[str]) -> list[list[str]]:
     the grid, e.g. ``[placement=pre, optim.lr=3e-2]``), then each of its ``reproduce.arms``
     (a variant the grid's cross product cannot name, on the grid's other keys), each with the
     command line's."""
-    settings = settings_of(cfg)
-    extra = [*settings.get("widen", []), *settings.get("arms", [])]
+    reproduce = read_reproduce(cfg)
+    extra = [*reproduce.widen, *reproduce.arms]
     return [overrides, *([*overrides, *more] for more in extra)]
-
-
-def settings_of(cfg) -> dict[str, Any]:
-    """The experiment's ``reproduce`` node: where the claims look, how F1 probes."""
-    from omegaconf import OmegaConf
-
-    node = cfg.get("reproduce")
-    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
 
 
 def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:

@@ -5,7 +5,7 @@ Kinds: a ``group`` is chosen by option (``placement=post``, conf/<group>/) and h
 ``section`` holds settings set in conf/config.yaml or by an experiment (``probes.every``); a
 ``scalar`` is one value (``seed=1``); ``package`` keys name options whose content lands at the
 root (``experiment=f3_depth``) or is Hydra's own. The command line's preflight
-(training/launch.py), the composed config's root check (training/config.py: check_top_level) and
+(training/launch.py), the composed config's root check (check_top_level, below) and
 the result-deciding settings (runs/settings.py: OPERATIONAL) all derive from ROOT;
 tests/training/test_schema.py holds conf/config.yaml and conf/'s groups to it. Torch-free, so
 the command line is checked before anything heavy is imported.
@@ -13,8 +13,14 @@ the command line is checked before anything heavy is imported.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runs.checks import closest, setting_ok, type_error, type_ok
+from runs.errors import ConfigError
 
 KINDS = ("group", "section", "scalar", "package")
 
@@ -79,3 +85,34 @@ def operational_keys() -> tuple[str, ...]:
         elif key.operational:
             out += [f"{name}.{sub}" for sub in key.operational]
     return tuple(out)
+
+
+# --- the root of the config ------------------------------------------------------------------
+SCALARS: dict[str, Any] = {k: ROOT[k].type for k in keys_of("scalar")}
+SEED_MAX = 2**32 - 1
+
+
+def check_top_level(cfg: DictConfig) -> None:
+    """Unknown root keys, and root scalars of the wrong type or range, in one line each."""
+    valid = tuple(ROOT)
+    for key in cfg:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown setting '{key}'{closest(key, valid)}; remove it, or use one of: "
+                f"{', '.join(sorted(k for k in valid if k != 'hydra'))}"
+            )
+    for key, hint in SCALARS.items():
+        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        if key in cfg and not OmegaConf.is_missing(cfg, key) and not setting_ok(value, hint):
+            raise ConfigError(type_error(key, value, hint))
+    if not 0 <= cfg.seed <= SEED_MAX:
+        raise ConfigError(f"seed must be in [0, {SEED_MAX}] (numpy's range), got {cfg.seed}")
+    cores = os.cpu_count() or 1
+    if cfg.num_threads is not None and not 1 <= cfg.num_threads <= cores:
+        raise ConfigError(
+            f"num_threads must be in [1, {cores}] (this machine's cores) or null (the free "
+            f"cores), got {cfg.num_threads}; more threads than cores only slow a run down"
+        )
+    batch = cfg.data.get("batch_size")
+    if not type_ok(batch, int) or not 1 <= batch <= 1_000_000:
+        raise ConfigError(f"data.batch_size must be an integer in [1, 1000000], got {batch!r}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runs.types import type_name, type_ok
+from runs.checks import type_name, type_ok
 
 JSON = dict[str, Any]
 Number = int | float

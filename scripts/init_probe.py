@@ -38,16 +38,13 @@ from training.threads import set_threads
 
 def probe(cfg: DictConfig) -> dict:
     """The probe's result for the run dir's summary (placements, depths, seeds, slopes)."""
-    node = cfg.init_probe
-    if node.batches < 1 or node.batch_size < 1:
-        raise ConfigError("init_probe.batches and init_probe.batch_size must be >= 1")
+    run = typed_config(cfg)
+    grid = run.init_probe
     try:
-        run = typed_config(cfg)
         dm = build_data(run)
         base = model_config(run, dm)
-        batches = [dm.train_batch(step, node.batch_size) for step in range(node.batches)]
-        args = [list(node.placements), list(node.depths), list(node.seeds)]
-        return init_probe(base, batches, *args)
+        batches = [dm.train_batch(step, grid.batch_size) for step in range(grid.batches)]
+        return init_probe(base, batches, grid.placements, grid.depths, grid.seeds)
     except BUILD_ERRORS as err:
         raise ConfigError(str(err)) from err
 
@@ -63,7 +60,7 @@ def main(cfg: DictConfig) -> dict:
             write_probe_json(result, this.run_dir / runfiles.PROBE)
             print(format_table(result), flush=True)
             # The probed placements, not the config's placement node (it plays no part here).
-            placements = ",".join(cfg.init_probe.placements)
+            placements = ",".join(result["placements"])
             this.record.results.update(result, steps=0, placement=placements)
             this.record.complete()
     return job_outcome(this.summary, skipped=this.finished is not None)

@@ -11,6 +11,7 @@ import pytest
 
 from analysis.findings import decide_finding
 from analysis.findings.lr import sensitivity
+from analysis.findings.settings import ReproduceConfig
 from tests.reports import FAILED, by_id, row
 
 
@@ -41,7 +42,7 @@ def f2_report(pre_off: list, pre_on: list, post_off: list | None = None) -> dict
 def test_a_failed_run_is_not_a_diverged_run() -> None:
     """Runs that failed (a config error) once scored +inf like a divergence: Pre-LN with warmup
     "diverged" and F2b passed. A failed run is left out; a diverged one still scores +inf."""
-    settings = {"ref_lr": 1e-3}
+    settings = ReproduceConfig(ref_lr=1e-3)
     v = by_id(decide_finding("f2", f2_report([2.5, 2.5], [FAILED, FAILED]), settings))
     assert v["F2b"].status == "NO DATA" and not v["F2b"].measured
     assert "0 completed or diverged runs (2 failed left out), need >= 2" in v["F2b"].note
@@ -54,7 +55,7 @@ def test_a_failed_run_is_not_a_diverged_run() -> None:
 
 
 def test_verdicts_use_the_completed_and_diverged_runs_of_a_variant() -> None:
-    settings = {"ref_lr": 1e-3}
+    settings = ReproduceConfig(ref_lr=1e-3)
     # One seed failed: the mean is over those that completed, and it is still a verdict.
     v = by_id(
         decide_finding("f2", f2_report([2.6, FAILED, 2.61, 2.62], [2.5, 2.5, 2.51]), settings)

@@ -3,6 +3,7 @@ numbers: F2, F3/F4, the ViT study, the early model update, the placement study."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from analysis.findings import NoData, Verdict, decide_finding
 from analysis.findings.common import confirm_at, variant
 from analysis.findings.depth import post_update_jumps
+from analysis.findings.settings import ReproduceConfig
 from models.placement import PLACEMENTS
 from tests.reports import by_id, depth_report, row
 
@@ -30,7 +32,7 @@ def f2_report(post_off: list, post_on: list, pre_off: list, pre_on: list) -> dic
 
 
 def test_f2_pass_and_fail() -> None:
-    settings = {"ref_lr": 1e-3}
+    settings = ReproduceConfig(ref_lr=1e-3)
     good = decide_finding(
         "f2", f2_report([3.0, 3.1], [2.5, 2.6], [2.52, 2.5, 2.51], [2.5, 2.5, 2.51]), settings
     )
@@ -55,7 +57,7 @@ def test_f2_pass_and_fail() -> None:
         "f2", f2_report([None, 2.6], [2.55, 2.55], [2.5], [2.5, 2.5]), settings
     )
     assert status(diverged, "F2a") == "PASS" and status(diverged, "F2b") == "NO DATA"
-    assert status(decide_finding("f2", f2_report([3], [2], [2], [2]), {}), "F2a") == "NO DATA"
+    assert status(decide_finding("f2", f2_report([3], [2], [2], [2])), "F2a") == "NO DATA"
 
 
 def test_depth_claims_pass_and_fail() -> None:
@@ -70,7 +72,7 @@ def test_depth_claims_pass_and_fail() -> None:
         },
         warmup_steps=50,
     )
-    verdicts = decide_finding("f3", good, {"max_steps": 200})
+    verdicts = decide_finding("f3", good, ReproduceConfig(max_steps=200))
     assert {v.id: v.status for v in verdicts} == {
         "F3a": "PASS",
         "F3b": "PASS",
@@ -87,9 +89,9 @@ def test_depth_claims_pass_and_fail() -> None:
         },
         warmup_steps=50,
     )
-    verdicts = decide_finding("f3", bad, {"max_steps": 200})
+    verdicts = decide_finding("f3", bad, ReproduceConfig(max_steps=200))
     assert [status(verdicts, c) for c in ("F3a", "F3b", "F4")] == ["FAIL", "FAIL", "FAIL"]
-    assert status(decide_finding("vit", bad, {}), "V1") == "FAIL"
+    assert status(decide_finding("vit", bad), "V1") == "FAIL"
 
 
 def test_update_claim_reads_metrics(tmp_path: Path) -> None:
@@ -106,18 +108,24 @@ def test_update_claim_reads_metrics(tmp_path: Path) -> None:
 
     report = {"variants": [variant("post", 6.0), variant("deepnorm", 2.0)]}
     with pytest.raises(AttributeError, match="margin 'update_ratio' is not declared"):
-        post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", ""))
+        post_update_jumps(report, ReproduceConfig(max_steps=200), Verdict("x", "", ""))
     margins = {"update_ratio": 2.0}  # F3c's registry entry
-    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", "", margins=margins))
+    v = post_update_jumps(
+        report, ReproduceConfig(max_steps=200), Verdict("x", "", "", margins=margins)
+    )
     # Early window: steps 1..10 (5% of 200); mean of peak * s / 20 = peak * 5.5 / 20.
     ratio = v.intervals["post / deepnorm"]
     assert v.status == "PASS" and ratio["effect"] == pytest.approx(3.0) and ratio["n"] == [2, 2]
     assert v.measured["post"] == pytest.approx(6.0 * 5.5 / 20)
     report["variants"][1] = variant("deepnorm", 4.0)
-    v = post_update_jumps(report, {"max_steps": 200}, Verdict("x", "", "", margins=margins))
+    v = post_update_jumps(
+        report, ReproduceConfig(max_steps=200), Verdict("x", "", "", margins=margins)
+    )
     assert v.status == "FAIL" and v.intervals["post / deepnorm"]["effect"] == pytest.approx(1.5)
     with pytest.raises(NoData):  # window 1..0: nothing logged there
-        post_update_jumps(report, {"max_steps": 10}, Verdict("x", "", "", margins=margins))
+        post_update_jumps(
+            report, ReproduceConfig(max_steps=10), Verdict("x", "", "", margins=margins)
+        )
 
 
 def test_an_update_arm_with_warmup_beside_a_grid_without(tmp_path: Path) -> None:
@@ -152,15 +160,19 @@ def test_an_update_arm_with_warmup_beside_a_grid_without(tmp_path: Path) -> None
         for p, peak in (("post", 6.0), ("deepnorm", 1.0))
     ]  # fmt: skip
     report = {"variants": grid + arm}
-    settings = {"max_steps": 200, "lr": 3e-3, "baseline": {"warmup_steps": 0},
-                "update_arm": {"warmup_steps": 20}}  # fmt: skip
+    settings = ReproduceConfig(
+        max_steps=200, lr=3e-3, baseline={"warmup_steps": 0}, update_arm={"warmup_steps": 20}
+    )
     v1, _, v3 = decide_finding("vit", report, settings)
     assert v1.status == "PASS" and v1.measured["post"] == pytest.approx(0.9)
     assert v1.measured["best_lr"] == {"post-L12": 3e-3, "pre-L12": 3e-3, "deepnorm-L12": 3e-3}
     assert v3.intervals["post / deepnorm"]["n"] == [5, 5]
     assert v3.intervals["post / deepnorm"]["effect"] == pytest.approx(6.0)
     # Without the baseline the grid's 3e-3 rows and the arm's collide: no single row to read.
-    assert decide_finding("vit", report, {**settings, "baseline": {}})[0].status == "NO DATA"
+    assert (
+        decide_finding("vit", report, dataclasses.replace(settings, baseline={}))[0].status
+        == "NO DATA"
+    )
     assert confirm_at(report, ["placement", "n_layer"], [100], {"warmup_steps": 0}) == [
         {"placement": p, "n_layer": 12, "lr": 3e-3} for p in ("deepnorm", "post", "pre")
     ]

@@ -3,6 +3,7 @@ per-layer heat maps and probe scalars."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from analysis import heatmaps
 from analysis import report as reporting
 from analysis.findings import decide_finding
+from analysis.findings.settings import ReproduceConfig
 from analysis.runs import Run
 from tests.reports import by_id
 
@@ -160,7 +162,7 @@ def grid(top: tuple, z_top: tuple, best=(2.400, 2.401), z_best=(2.410, 2.411)) -
 
 
 def test_f12_pass_and_fail(tmp_path: Path) -> None:
-    settings = {"warmup_steps": 50, "max_steps": 150}
+    settings = ReproduceConfig(warmup_steps=50, max_steps=150)
     # The top rate rises 1 nat after warmup, then falls to -2.0: a late fall of 6 nats, below 0.
     good = f12_report(tmp_path / "a", grid((4.5, 4.0, 5.0, -2.0), (1.0, 0.6, 0.5, 0.5)))
     v = by_id(decide_finding("f12", good, settings))
@@ -180,7 +182,7 @@ def test_f12_pass_and_fail(tmp_path: Path) -> None:
     # log Z only rises after warmup at the top lr: no divergence for F12a to see, while
     # z-loss's pull toward 0 is decided anyway (final |log Z| 0.5 against 4.4).
     still = f12_report(tmp_path / "c", grid((4.5, 4.0, 4.6, 4.4), (1.0, 0.6, 0.5, 0.5)))
-    v = by_id(decide_finding("f12", still, {**settings, "max_steps": 1000}))
+    v = by_id(decide_finding("f12", still, dataclasses.replace(settings, max_steps=1000)))
     assert v["F12a"].status == "NOT TESTABLE"
     assert v["F12a"].note.startswith(
         "NOT TESTABLE AT THIS SIZE: without z-loss log Z fell at most 0.00 nats below its "

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats as sp
 
 from analysis import stats
+from analysis.findings.settings import ReproduceConfig
 
 
 def test_welch_interval_matches_scipy() -> None:
@@ -81,7 +82,7 @@ def test_the_verdict_table_shows_each_effect_with_its_interval_and_margin() -> N
 
     rows = [row([3.0, 3.1], placement="post", lr=1e-3, warmup_steps=0)]
     rows += [row([2.5, 2.6], placement="post", lr=1e-3, warmup_steps=100)]
-    f2a = decide_finding("f2", {"variants": rows}, {"ref_lr": 1e-3})[0]
+    f2a = decide_finding("f2", {"variants": rows}, ReproduceConfig(ref_lr=1e-3))[0]
     # 0.5 ± t(0.975, 2) * sqrt(0.005/2 + 0.005/2) = 0.5 ± 4.3027 * 0.0707
     assert effects(f2a.intervals) == "gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1"
     record = {

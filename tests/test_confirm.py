@@ -11,6 +11,7 @@ import pytest
 
 from analysis.findings import decide_finding
 from analysis.findings.common import confirm_at
+from analysis.findings.settings import ConfirmConfig, ReproduceConfig, read_reproduce
 from experiments import reproduce
 from experiments import sweep as reproduce_sweep
 from tests.reports import row
@@ -45,7 +46,7 @@ def test_the_best_lr_is_chosen_on_the_grid_and_the_claim_decided_on_fresh_seeds(
         {"placement": "pre", "norm": "layernorm", "lr": 1e-3},
         {"placement": "pre", "norm": "rmsnorm", "lr": 1e-3},
     ]
-    v = decide_finding("f5", report, {"confirm": {"seeds": FRESH}})[0]
+    v = decide_finding("f5", report, ReproduceConfig(confirm=ConfirmConfig(FRESH, {})))[0]
     assert v.status == "PASS"  # 0.004 apart on 5 fresh seeds each, inside ±0.05
     ci = v.intervals["pre rmsnorm - layernorm"]
     assert ci["n"] == [5, 5] and ci["effect"] == pytest.approx(2.512 - 2.508)
@@ -55,7 +56,7 @@ def test_the_best_lr_is_chosen_on_the_grid_and_the_claim_decided_on_fresh_seeds(
     # Without the confirm setting the choice still reads the grid's seeds only (those run at more
     # than one rate): the seeds run at 1e-3 alone never pull LayerNorm's choice to 3e-3 (their
     # mean 2.48 would); the claim then reads every run at the chosen rate, 7 a variant.
-    plain = decide_finding("f5", report, {})[0]
+    plain = decide_finding("f5", report)[0]
     assert plain.measured["best_lr"] == {"pre-layernorm": 1e-3, "pre-rmsnorm": 1e-3}
     assert plain.intervals["pre rmsnorm - layernorm"]["n"] == [7, 7]
 
@@ -67,7 +68,9 @@ def test_confirming_runs_at_another_lr_are_no_data() -> None:
         f5_row("rmsnorm", 1e-3, [2.41, 2.41], [2.5] * 5),
         f5_row("rmsnorm", 3e-3, [2.60, 2.60]),
     ]
-    v = decide_finding("f5", {"variants": rows}, {"confirm": {"seeds": FRESH}})[0]
+    v = decide_finding("f5", {"variants": rows}, ReproduceConfig(confirm=ConfirmConfig(FRESH, {})))[
+        0
+    ]
     assert v.status == "NO DATA" and "0 confirming runs at its best lr 0.001" in v.note
 
 
@@ -141,10 +144,10 @@ def test_a_row_read_at_a_named_rate_holds_the_grids_seeds_only() -> None:
 )
 def test_every_ranking_at_best_rates_confirms_on_five_fresh_seeds(experiment: str) -> None:
     cfg = reproduce_sweep.compose(experiment, [])
-    confirm = reproduce_sweep.settings_of(cfg)["confirm"]
+    confirm = read_reproduce(cfg).confirm
     grid = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))["seed"]
-    assert len(confirm["seeds"]) >= 5 and not {str(s) for s in confirm["seeds"]} & set(grid)
-    assert "lr" not in confirm["by"]  # the rate is what the grid chooses
+    assert len(confirm.seeds) >= 5 and not {str(s) for s in confirm.seeds} & set(grid)
+    assert "lr" not in confirm.by  # the rate is what the grid chooses
 
 
 def test_the_lr_table_chooses_on_the_grid_and_ranks_on_the_fresh_seeds(tmp_path) -> None:

@@ -15,8 +15,8 @@ from torch import nn
 import train
 from models.catalog import NORMS, NormSpec
 from models.gpt import GPT, GPTConfig
+from runs.checks import node_to
 from tests.conftest import CONF, TINY_RUN
-from training.config import node_to
 from training.probe_config import PROBES, ProbeConfig, ProbeSpec
 from training.probes.forward import ForwardMeasure
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.findings import FINDINGS
+from analysis.findings.settings import read_reproduce
 from experiments import reproduce
 from experiments import sweep as reproduce_sweep
 from experiments import verdicts as reproduce_verdicts
@@ -102,7 +103,7 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
         float(x)
         for x in reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, grid))["optim.lr"]
     }
-    widen = reproduce_sweep.settings_of(cfg)["widen"]
+    widen = read_reproduce(cfg).widen
     for overrides in more[: len(widen)]:  # each widening runs rates outside the grid, one seed
         jobs = reproduce_sweep.sweep_jobs(cfg, overrides)
         lrs = {float(x) for x in reproduce_sweep.swept_values(jobs)["optim.lr"]}
@@ -111,7 +112,7 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
         every = sorted(base | lrs)  # and the grid continues in its own steps (3x-3.3x)
         assert all(2.99 <= b / a <= 3.4 for a, b in zip(every, every[1:], strict=False))
     gpu = reproduce_sweep.compose(f"{experiment}_gpu", [])
-    arms = reproduce_sweep.settings_of(gpu).get("arms", [])
+    arms = read_reproduce(gpu).arms
     assert reproduce_sweep.launch_overrides(gpu, []) == [[], *arms]
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from analysis.findings import decide_finding
 from analysis.findings.common import variant
+from analysis.findings.settings import ReproduceConfig
 from analysis.report import compare
 from experiments import reproduce
 from tests.reports import by_id, row
@@ -113,14 +114,16 @@ ALL = {("pre", 0): [3.30, 3.31], ("pre", 100): [3.30, 3.30],
 
 
 def test_a_claim_none_of_whose_arms_trained_is_not_testable() -> None:
-    v = by_id(decide_finding("f2", f2(ALL, untrained=set(ALL)), {"ref_lr": 1e-3}))
+    v = by_id(decide_finding("f2", f2(ALL, untrained=set(ALL)), ReproduceConfig(ref_lr=1e-3)))
     for claim in ("F2a", "F2b"):
         assert v[claim].status == "NOT TESTABLE", v[claim]
         assert "no arm trained" in v[claim].note and "/s/" not in v[claim].note
         assert "pre-w0-s0" in v[claim].note or "post-w0-s0" in v[claim].note
     # One arm stalling while another trains is the result itself (Post-LN without warmup).
     trained = {**ALL, ("post", 100): [2.5, 2.52], ("pre", 0): [2.5, 2.51], ("pre", 100): [2.5, 2.5]}
-    v = by_id(decide_finding("f2", f2(trained, untrained={("post", 0)}), {"ref_lr": 1e-3}))
+    v = by_id(
+        decide_finding("f2", f2(trained, untrained={("post", 0)}), ReproduceConfig(ref_lr=1e-3))
+    )
     assert v["F2a"].status != "NOT TESTABLE" and v["F2b"].status != "NOT TESTABLE"
 
 
@@ -128,7 +131,7 @@ def test_a_completed_run_without_validation_is_no_data_never_a_divergence() -> N
     report = f2({**ALL, ("pre", 100): [None, None]})
     for run in report["variants"][1]["runs"]:
         run["status"] = "completed"  # completed, best_val_loss None: no validation ran
-    v = by_id(decide_finding("f2", report, {"ref_lr": 1e-3}))
+    v = by_id(decide_finding("f2", report, ReproduceConfig(ref_lr=1e-3)))
     assert v["F2b"].status == "NO DATA"
     assert "2 completed without a validation loss left out" in v["F2b"].note
 

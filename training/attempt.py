@@ -246,9 +246,11 @@ class Attempt:
         self._signals = contextlib.ExitStack()
 
     def __enter__(self) -> Attempt:
-        from training.config import check_top_level
+        from runs.schema import check_top_level
+        from training.sections import read_trainer
 
         check_top_level(self.cfg)
+        read_trainer(self.cfg.trainer)  # a trainer this machine cannot run: before the dir opens
         self.settings = fingerprint(self.cfg)
         self._signals.enter_context(signals_interrupt())
         try:

@@ -10,6 +10,7 @@ training/attempt.py (``Attempt.admit``), the GPT-2 architecture rule in models/p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,7 @@ def build_data(run: RunConfig) -> L.LightningDataModule:
 def model_config(run: RunConfig, dm: L.LightningDataModule) -> Any:
     """Model config = model node + the placement and norm nodes as its sub-configs + the
     fields the data decides."""
-    fields = {**run.model, **run.spec.data_fields(dm)}
-    return run.spec.config(**fields, placement=run.placement, norm=run.norm)
+    return dataclasses.replace(run.model, **run.spec.data_fields(dm))
 
 
 def command_key(field: str) -> str:
@@ -103,12 +103,12 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     """Progress bar, wandb metric definitions, the stability probes, divergence detection
     (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
     callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
-    if run.trainer.get("enable_progress_bar", True):
+    if run.trainer.enable_progress_bar:
         callbacks.append(step_progress(run.name, run.max_steps))
     callbacks.append(WandbMetrics())
     callbacks += probe_callbacks(run.probes)
     callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient
-    if run.trainer.get("enable_checkpointing", True):
+    if run.trainer.enable_checkpointing:
         every = run.checkpoint.every_n_steps or default_every_n_steps(run.max_steps)
         path = run_dir / CHECKPOINT
         callbacks.append(ResumeCheckpoint(path, every, run.checkpoint.every_s, settings))
@@ -134,7 +134,7 @@ def instantiate_callback(key: str, node: Any) -> Callback:
 
 
 def build_trainer(run: RunConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
-    kwargs = dict(run.trainer)
+    kwargs = run.trainer.kwargs()
     kwargs["enable_progress_bar"] = any(isinstance(c, StepProgressBar) for c in callbacks)
     try:
         return L.Trainer(
@@ -162,7 +162,7 @@ def build(run: RunConfig, attempt: Attempt, extra: Sequence[Callback] = ()) -> F
     run_dir, plan = attempt.run_dir, attempt.plan
     resuming = plan.ckpt is not None
     try:  # a bad name or value fails here, before any training
-        allow_tf32(run.on_gpu)
+        allow_tf32(run.trainer.on_gpu)
         dm = build_data(run)
         model = build_model(run, dm, resuming)
         inputs = {"data.identity": getattr(dm, "identity", None)}

@@ -30,7 +30,7 @@ def params(n: int) -> str:
 def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
     """The one line a run prints before it trains: what it trains and how much per step
     (``run``: the typed config, training/run_config.RunConfig)."""
-    per_step = run.batch_size * run.trainer.get("accumulate_grad_batches", 1)
+    per_step = run.batch_size * run.trainer.accumulate_grad_batches
     if unit == "tokens":
         per_step *= model.cfg.block_size
     else:
@@ -42,6 +42,6 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
         f"{run.name}: {run.kind} {cfg.placement.name}/{cfg.norm.name} "
         f"L{cfg.n_layer} d{cfg.n_embd}, {params(model.num_params())} params, "
         f"{per_step:,} {unit}/step, {run.max_steps} steps, "
-        f"{run.accelerator} {run.trainer.get('precision')}, {torch.get_num_threads()} threads"
+        f"{run.trainer.accelerator} {run.trainer.precision}, {torch.get_num_threads()} threads"
         f"{start}"
     )

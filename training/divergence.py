@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from runs.record import ReportsToRecord, RunRecord, Status, record_of
-from training.run_config import DivergenceConfig
+from training.sections import DivergenceConfig
 
 
 def checkpoint_paths(ckpt: Callback) -> set[str]:

@@ -13,7 +13,6 @@ at once, having nobody to return its outcome to.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
 import functools
 import os
@@ -21,7 +20,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +120,6 @@ def signals_interrupt():
         for s, handler in old.items():
             signal.signal(s, handler)
         sys.excepthook = hook
-
-
-def closest(key: str, valid: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the closest valid key, or nothing."""
-    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def in_multirun() -> bool:

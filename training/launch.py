@@ -223,7 +223,7 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
     an unknown group option, or an unknown root key (with the closest valid one); and shell
     completion in the README's ``.venv/bin/python train.py`` form."""
-    from training.errors import closest
+    from runs.checks import closest
 
     shell_completion(args)
     try:

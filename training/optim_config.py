@@ -9,10 +9,14 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from runs.checks import node_to
+from runs.errors import ConfigError
 
 # The keys every optimizer reads (the schedule, decay and loss settings), and each optimizer's
-# own: a key the chosen optimizer does not read is refused before training (training/config.py
-# optim_config), never recorded as if it changed something.
+# own: a key the chosen optimizer does not read is refused before training (read_optim, below),
+# never recorded as if it changed something.
 SCHEDULE_KEYS = (
     "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
     "z_loss", "independent_wd",
@@ -131,3 +135,21 @@ def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
         return (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
     return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
+
+
+def read_optim(node: Any, warmup_steps: int) -> OptimConfig:
+    """optim's node as its dataclass; a key the chosen optimizer does not read is refused."""
+    name = node.get("name")
+    if name in OPTIMIZER_KEYS:
+        reads = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS[name])
+        fields = {f.name for f in dataclasses.fields(OptimConfig)}
+        unread = [k for k in node if k not in reads and k in fields]
+        if unread:
+            users = [n for n, keys in OPTIMIZER_KEYS.items() if unread[0] in keys]
+            raise ConfigError(
+                f"optim.{unread[0]} is not read by optim={name} (it reads "
+                f"{', '.join(OPTIMIZER_KEYS[name]) or 'only the schedule keys'} besides the "
+                f"schedule keys); drop it{', or use optim=' + '/'.join(users) if users else ''}"
+            )
+    optim = node_to(OptimConfig, node, "optim")
+    return dataclasses.replace(optim, warmup_steps=warmup_steps)

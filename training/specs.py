@@ -44,7 +44,7 @@ def random_images(cfg: ViTConfig, batch_size: int, g: torch.Generator) -> Batch:
 def text_datamodule(run: Any) -> Any:
     from data.text import TextDataModule
 
-    return TextDataModule(run.data, run.model["block_size"], run.batch_size, run.seed)
+    return TextDataModule(run.data, run.model.block_size, run.batch_size, run.seed)
 
 
 def image_datamodule(run: Any) -> Any:

@@ -7,23 +7,26 @@ from pathlib import Path
 
 from analysis.findings.common import NoData, Verdict, note_lrs
 from analysis.findings.registry import ALIASES, FINDINGS
+from analysis.findings.settings import ReproduceConfig
 
 
-def decide_finding(finding: str, report: dict, settings: dict | None = None) -> list[Verdict]:
-    """Every claim of ``finding`` decided on ``report``; ``settings``: the experiment's
-    ``reproduce`` node plus ``max_steps``."""
-    settings = settings or {}
+def decide_finding(
+    finding: str, report: dict, reproduce: ReproduceConfig | None = None
+) -> list[Verdict]:
+    """Every claim of ``finding`` decided on ``report``; ``reproduce``: the experiment's
+    ``reproduce`` node and run settings (analysis/findings/settings.py)."""
+    reproduce = reproduce or ReproduceConfig()
     out = []
     for claim in FINDINGS[ALIASES.get(finding, finding)].claims:
         v = Verdict(claim.id, claim.statement, claim.source, margins=claim.margins)
         report["chosen_lrs"] = {}  # filled by variant() when it takes a variant at its best lr
         report["fixed_lrs"] = {}  # ... and when a claim names its lr: what the other lrs show
-        report["confirm_seeds"] = (settings.get("confirm") or {}).get("seeds", [])
-        report["baseline"] = settings.get("baseline") or {}  # what an arm's key is elsewhere
+        report["confirm_seeds"] = reproduce.confirm.seeds if reproduce.confirm else []
+        report["baseline"] = reproduce.baseline  # what an arm's key is elsewhere
         report["arms_read"] = []  # filled by variant(): the arms the claim compares
         try:
             v = note_lrs(
-                claim.check(report, settings, v), report["chosen_lrs"], report["fixed_lrs"]
+                claim.check(report, reproduce, v), report["chosen_lrs"], report["fixed_lrs"]
             )
             v = gate_untrained(v, report["arms_read"])
         except NoData as err:

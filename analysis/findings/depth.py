@@ -27,6 +27,7 @@ from analysis.findings.common import (
     values,
     variant,
 )
+from analysis.findings.settings import ReproduceConfig
 from analysis.runs import read_summary, run_series
 from runs import metric_names as names
 
@@ -34,8 +35,10 @@ EARLY_FRACTION = 0.05  # "early": the first 5% of training
 
 
 # --- F2: warmup ----------------------------------------------------------------------------------
-def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[dict, dict, dict]:
-    lr = settings.get("ref_lr")
+def warmup_pair(
+    report: dict, reproduce: ReproduceConfig, placement: str
+) -> tuple[dict, dict, dict]:
+    lr = reproduce.ref_lr
     if lr is None:
         raise NoData("the experiment sets no reproduce.ref_lr")
     warmups = values(report, "warmup_steps")
@@ -46,9 +49,9 @@ def warmup_pair(report: dict, settings: dict, placement: str) -> tuple[dict, dic
     return off, on, {"lr": lr, "warmup_steps": warmups[-1]}
 
 
-def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f2_post_needs_warmup(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
-    off, on, where = warmup_pair(report, settings, "post")
+    off, on, where = warmup_pair(report, reproduce, "post")
     v.threshold = f"no-warmup - warmup >= {m.worse} (95% interval)"
     return decide_interval(
         v, "gap", diff(off, on), m.worse, "above",
@@ -56,9 +59,9 @@ def f2_post_needs_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
     )  # fmt: skip
 
 
-def f2_pre_no_warmup(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f2_pre_no_warmup(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
-    off, on, where = warmup_pair(report, settings, "pre")
+    off, on, where = warmup_pair(report, reproduce, "pre")
     v.threshold = f"no-warmup - warmup <= {m.close} (95% interval)"
     return decide_interval(
         v, "gap", diff(off, on), m.close, "below",
@@ -71,7 +74,7 @@ def depth_means(report: dict, placement: str, depth: int) -> float:
     return mean_score(variant(report, placement=placement, n_layer=depth))
 
 
-def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
+def deep_post_fails(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     depth = max(values(report, "n_layer"), default=None)
     if depth is None:
@@ -88,7 +91,7 @@ def deep_post_fails(report: dict, settings: dict, v: Verdict) -> Verdict:
                            **others)  # fmt: skip
 
 
-def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
+def deep_others_train(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     depths = values(report, "n_layer")
     if len(depths) < 2:
@@ -103,7 +106,7 @@ def deep_others_train(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def shallow_post_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+def shallow_post_matches(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     depth = min(values(report, "n_layer"), default=None)
     if depth is None:
@@ -132,15 +135,15 @@ def early_update(row: dict, max_steps: int) -> list[float]:
     return means
 
 
-def post_update_jumps(report: dict, settings: dict, v: Verdict) -> Verdict:
+def post_update_jumps(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     """At one fixed rate (the experiment's optim.lr), as DeepNet compares the updates."""
     m = v.margins
     depth = max(values(report, "n_layer"), default=None)
-    max_steps = settings.get("max_steps")
+    max_steps = reproduce.max_steps
     if depth is None or not max_steps:
         raise NoData("no depths or max_steps")
-    at = {"lr": settings["lr"]} if len(values(report, "lr")) > 1 and "lr" in settings else {}
-    at.update(settings.get("update_arm") or {})  # an arm of its own (the ViT's, with warmup)
+    at = {"lr": reproduce.lr} if len(values(report, "lr")) > 1 and reproduce.lr is not None else {}
+    at.update(reproduce.update_arm)  # an arm of its own (the ViT's, with warmup)
     post = early_update(variant(report, placement="post", n_layer=depth, **at), max_steps)
     deep = early_update(variant(report, placement="deepnorm", n_layer=depth, **at), max_steps)
     v.threshold = (
@@ -169,7 +172,7 @@ def trains_deep(placement: str) -> Check:
     """Claim check: ``placement`` trains at the deepest depth (F3's DEEP_OK rule; with one
     depth: ends DEEP_OK below the unigram loss)."""
 
-    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+    def check(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
         m = v.margins
         depths = values(report, "n_layer")
         if len(depths) == 1:

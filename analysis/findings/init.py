@@ -14,6 +14,7 @@ import statistics
 
 from analysis import stats
 from analysis.findings.common import NoData, Verdict, decide_all, decide_interval, rnd
+from analysis.findings.settings import ReproduceConfig
 from runs.numbers import log_slope
 
 
@@ -48,7 +49,7 @@ def residual_ratios(report: dict, placement: str) -> tuple[list[float], int]:
     return seed_values(deepest, "act_ratio"), deepest["params"]["n_layer"]
 
 
-def f1_post_grad_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f1_post_grad_flat(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     slopes, per_depth = fc2_slopes(report, "post")
     v.threshold = f"|slope| < {m.flat_slope} (95% interval)"
@@ -56,7 +57,7 @@ def f1_post_grad_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
                            last_fc2_grad=per_depth)  # fmt: skip
 
 
-def f1_pre_grad_shrinks(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f1_pre_grad_shrinks(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     slopes, per_depth = fc2_slopes(report, "pre")
     v.threshold = f"slope < {m.shrink_slope} (95% interval)"
@@ -64,7 +65,7 @@ def f1_pre_grad_shrinks(report: dict, settings: dict, v: Verdict) -> Verdict:
                            last_fc2_grad=per_depth)  # fmt: skip
 
 
-def f1_post_residual_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f1_post_residual_flat(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     ratios, depth = residual_ratios(report, "post")
     ci = stats.ratio_interval(ratios)
@@ -77,7 +78,7 @@ def f1_post_residual_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f1_pre_residual_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f1_pre_residual_grows(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     ratios, depth = residual_ratios(report, "pre")
     v.threshold = f"last/first >= {m.grow_ratio} (95% interval)"

@@ -26,6 +26,7 @@ from analysis.findings.common import (
     values,
     variant,
 )
+from analysis.findings.settings import ReproduceConfig
 from analysis.findings.stability import no_divergence
 from analysis.lr_sweep import capped, sensitivity
 from analysis.runs import run_series
@@ -124,7 +125,7 @@ def logit_growth(report: dict, qk: bool) -> tuple[stats.Interval, list[float], l
     return per_decade(stats.ratio_interval(top, low), lrs), low, top
 
 
-def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f6_logit_grows(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     lrs = values(report, "lr")
     rate, low, top = logit_growth(report, False)
@@ -137,7 +138,7 @@ def f6_logit_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_interval(v, "growth per decade", rate, bound, "above", **shown)
 
 
-def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f6_qk_bounded(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     lrs = values(report, "lr")
     rate, low, top = logit_growth(report, True)
@@ -156,7 +157,7 @@ def f6_qk_bounded(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f6_qk_ends_better(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     plain, qk = lr_losses(report, False), lr_losses(report, True)
     top = sorted(plain)[-TOP_LRS:]
@@ -171,7 +172,7 @@ def f6_qk_ends_better(report: dict, settings: dict, v: Verdict) -> Verdict:
                            "above", no_qk_vs_qk=per_lr)  # fmt: skip
 
 
-def f6_qk_lowers_sensitivity(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f6_qk_lowers_sensitivity(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     measured: dict[str, Any] = {}
     per_seed = {}
@@ -215,7 +216,7 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
     over seeds (one curve a seed). z-loss acts on log Z only: when it lowers nothing and log Z
     did not fall without it at the top rate (F12's rule), the size cannot test it."""
 
-    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+    def check(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
         m = v.margins
         z = z_on(report) if z_arm else 0.0
         base_losses, losses = lr_losses(report, base_qk, 0.0), lr_losses(report, qk, z)
@@ -242,7 +243,7 @@ def flattens(base_qk: bool, qk: bool, z_arm: bool) -> Check:
             ),
         }
         decide_all(v, parts)
-        warmup = int(settings.get("warmup_steps") or 0)
+        warmup = reproduce.warmup_steps
         ok = v.status == "PASS"
         why = (
             z_arm
@@ -269,7 +270,7 @@ def flat_span(curve: dict[float, float], within: float) -> float:
     return lrs[j] / lrs[i]
 
 
-def f13_combined_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f13_combined_flat(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     z = z_on(report)
     losses = {"both": lr_losses(report, True, z), "none": lr_losses(report, False, 0.0)}

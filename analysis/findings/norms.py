@@ -21,10 +21,11 @@ from analysis.findings.common import (
     values,
     variant,
 )
+from analysis.findings.settings import ReproduceConfig
 
 
 # --- F5: norms -----------------------------------------------------------------------------------
-def rmsnorm_matches(report: dict, settings: dict, v: Verdict) -> Verdict:
+def rmsnorm_matches(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     placements = values(report, "placement")
     if not placements:
@@ -74,7 +75,7 @@ def acc_by_batch(report: dict, norm: str) -> dict[int, list[float]]:
     return {b: accs(variant(report, norm=norm, **{BATCH: b})) for b in batches}
 
 
-def f7_batchnorm_degrades(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f7_batchnorm_degrades(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     acc = {n: acc_by_batch(report, n) for n in ("batchnorm", "layernorm", "rmsnorm")}
     small, large = min(acc["batchnorm"]), max(acc["batchnorm"])
@@ -99,7 +100,7 @@ def f7_batchnorm_degrades(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f7_token_norms_flat(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f7_token_norms_flat(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     parts = {}
     for norm in ("layernorm", "rmsnorm"):

@@ -30,6 +30,7 @@ from analysis.findings.common import (
     values,
     variant,
 )
+from analysis.findings.settings import ReproduceConfig
 
 
 # --- F9: the curse of depth ----------------------------------------------------------------------
@@ -63,7 +64,7 @@ def seeds_of(runs: list[dict[str, float]], key: str) -> list[float]:
     return [h[key] for h in runs]
 
 
-def f9_rms_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f9_rms_grows(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     runs, depth = profiled(report, "pre")
     growth = seeds_of(runs, "rms_growth")
@@ -74,7 +75,7 @@ def f9_rms_grows(report: dict, settings: dict, v: Verdict) -> Verdict:
                            "above", depth=depth, growth=statistics.fmean(growth))  # fmt: skip
 
 
-def f9_late_blocks_idle(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f9_late_blocks_idle(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     runs, depth = profiled(report, "pre")
     early, late = seeds_of(runs, "cos_early"), seeds_of(runs, "cos_late")
@@ -89,7 +90,7 @@ def f9_late_blocks_idle(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f9_lns_lowers_cos(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f9_lns_lowers_cos(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     """Rests on F9a: LNS lowers the later blocks' cosine by damping a variance that grows with
     depth, so where Pre-LN's RMS growth over the later half is measured below RMS_GROWTH (its
     interval wholly under it: F9a FAIL) the claim is NOT TESTABLE. Rule set with the interval
@@ -122,7 +123,7 @@ def stalls_above(worse: str, better: str) -> Check:
     """Claim check: at the deepest depth ``worse`` ends at least FAILS above ``better``, or
     diverged (F11: Post-LN above Pre-LN, and above Admin)."""
 
-    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+    def check(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
         m = v.margins
         depth = deepest(report)
         rows = [variant(report, placement=p, n_layer=depth) for p in (worse, better)]
@@ -138,7 +139,7 @@ def no_worse(candidate: str, reference: str, every_depth: bool) -> Check:
     """Claim check: ``candidate`` ends at most CLOSE above ``reference``, at the deepest depth or
     at every depth (F9: LNS vs Pre-LN; F11: Admin vs Pre-LN)."""
 
-    def check(report: dict, settings: dict, v: Verdict) -> Verdict:
+    def check(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
         m = v.margins
         depths = values(report, "n_layer") if every_depth else [deepest(report)]
         if not depths:

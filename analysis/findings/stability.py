@@ -39,6 +39,7 @@ from analysis.findings.common import (
     values,
     variant,
 )
+from analysis.findings.settings import ReproduceConfig
 from analysis.runs import Series, run_series
 from runs import metric_names as names
 
@@ -94,7 +95,7 @@ def growth(start: RunMeasure, end: RunMeasure) -> RunMeasure:
     return measure_
 
 
-def f8_pre_grows_with_depth(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f8_pre_grows_with_depth(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     ratios = per_seed(variant(report, placement="pre"), depth_ratio, "act_norm per layer")
     v.threshold = (
@@ -104,7 +105,7 @@ def f8_pre_grows_with_depth(report: dict, settings: dict, v: Verdict) -> Verdict
                            pre_last_over_first=statistics.fmean(ratios))  # fmt: skip
 
 
-def f8_pre_grows_in_training(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f8_pre_grows_in_training(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     row = variant(report, placement="pre")
     rms = per_seed(row, growth(last_rms(0), last_rms(-1)), "act_norm")
@@ -124,7 +125,7 @@ def f8_pre_grows_in_training(report: dict, settings: dict, v: Verdict) -> Verdic
     return decide_all(v, parts)
 
 
-def f8_peri_grows_slower(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f8_peri_grows_slower(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     """Kim et al.'s "more balanced variance growth": the last layer's RMS grows in training
     (end / step 0) at least GROWS x more in Pre-LN than in Peri-LN (sandwich). The earlier
     rule asked for end values GROWS x apart ("bounded") and gave FAIL (ratio 1.83); this one
@@ -164,7 +165,7 @@ def means(by_lr: dict[float, list[float]]) -> dict[str, float]:
     return {f"{lr:g}": round(statistics.fmean(xs), 4) for lr, xs in by_lr.items()}
 
 
-def f10_entropy_collapses(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f10_entropy_collapses(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     plain = entropy_by_lr(report, False)
     low, top = min(plain), max(plain)
@@ -180,7 +181,7 @@ def f10_entropy_collapses(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f10_qk_prevents(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f10_qk_prevents(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     qk = entropy_by_lr(report, True)
     v.threshold = f"QK-norm's min entropy > {m.floor:g} nats at every lr (95% intervals)"
@@ -192,7 +193,7 @@ def f10_qk_prevents(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f10_collapse_is_instability(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f10_collapse_is_instability(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     plain = entropy_by_lr(report, False)
     collapsed = [lr for lr, xs in plain.items() if statistics.fmean(xs) <= m.floor]
@@ -283,12 +284,12 @@ def z_arms(report: dict) -> tuple[list[float], float, float]:
     return lrs, 0.0, max(zs)
 
 
-def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f12_log_z_drifts(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     lrs, off, _ = z_arms(report)
     if len(lrs) < MIN_LRS:
         raise NoData(f"learning rates {lrs}: F12 needs >= {MIN_LRS}")
-    warmup = int(settings.get("warmup_steps") or 0)
+    warmup = reproduce.warmup_steps
     rows = {lr: variant(report, lr=lr, **{Z: off}) for lr in (lrs[0], lrs[-1])}
     low, top = (per_seed(rows[lr], late_fall(warmup), names.LOG_Z) for lr in rows)
     lowest = per_seed(rows[lrs[-1]], late_min(warmup), names.LOG_Z)
@@ -306,7 +307,7 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
     }
     why = no_divergence(report, lrs[-1], warmup, m.drift)
     if why:
-        steps = settings.get("max_steps") or "its"
+        steps = reproduce.max_steps or "its"
         reason = (
             f"{why} in {steps} steps; the paper's divergence comes late in runs of ~1e5 steps: "
             "the missing precondition is the run's length"
@@ -325,7 +326,7 @@ def f12_log_z_drifts(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_all(v, parts)
 
 
-def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f12_z_loss_keeps_small(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     """z-loss pulls log Z toward 0 whether or not it diverges: decided at every size."""
     m = v.margins
     lrs, off, on = z_arms(report)
@@ -342,7 +343,7 @@ def f12_z_loss_keeps_small(report: dict, settings: dict, v: Verdict) -> Verdict:
     return decide_interval(v, f"with z - {m.small:g} x without", ci, 0.0, "below", **shown)
 
 
-def f12_z_loss_costs_nothing(report: dict, settings: dict, v: Verdict) -> Verdict:
+def f12_z_loss_costs_nothing(report: dict, reproduce: ReproduceConfig, v: Verdict) -> Verdict:
     m = v.margins
     _, off, on = z_arms(report)
     plain_row, z_row = variant(report, **{Z: off}), variant(report, **{Z: on})

@@ -59,7 +59,7 @@ def raw_loop(cfg) -> None:
     torch.manual_seed(cfg.seed)
     run = typed_config(cfg)
     dm = build_data(run)
-    device = "cuda" if run.accelerator == "gpu" else "cpu"
+    device = "cuda" if run.trainer.accelerator == "gpu" else "cpu"
     model = build_model(run, dm).to(device)
     if run.compile:
         model.compile(mode=run.compile)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models.gpt import GPT, GPTConfig
+from runs.checks import node_to
 from tests.helpers import interrupted_and_uninterrupted
-from training.config import node_to
 from training.optim import OPTIMIZERS, Combined, hidden_matrices
 from training.optim_config import OptimConfig, lr_multiplier
 from training.task import TrainTask

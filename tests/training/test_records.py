@@ -79,9 +79,7 @@ def test_the_fused_kernel_switch_is_part_of_the_settings(
     "override,fix",
     [
         ("+model.placement=post", "set it as placement=post"),
-        ("+model.norm_eps=0.5", "set it as norm.eps=0.5"),
-        ("+model.deepnorm_alpha=2.0", "set it as placement.alpha=2.0"),
-        ("+model.mix_fraction=0.5", "set it as placement.mix_fraction=0.5"),
+        ("+model.norm=rmsnorm", "set it as norm=rmsnorm"),
     ],
 )
 def test_a_model_key_another_group_sets_is_refused_naming_it(
@@ -98,7 +96,7 @@ def test_a_model_key_another_group_sets_is_refused_naming_it(
         ("trainer.precision=64", r"trainer\.precision=64 is not one normlab runs"),
         ("optim.lr=nan", r"optim.lr must be a finite number"),
         ("optim.lr=inf", r"optim.lr must be a finite number"),
-        ("trainer.gradient_clip_val=nan", r"gradient_clip_val=nan must be a finite number"),
+        ("trainer.gradient_clip_val=nan", r"gradient_clip_val must be a finite number, got nan"),
         ("trainer.gradient_clip_val=-1", r"gradient_clip_val=-1 must be a finite number"),
         ("seed=4294967296", r"seed must be in \[0, 4294967295\]"),
     ],

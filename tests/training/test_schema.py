@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.findings.settings import read_reproduce
 from runs.errors import ConfigError
-from runs.schema import ROOT, keys_of
+from runs.schema import ROOT, check_top_level, keys_of
 from runs.settings import OPERATIONAL, is_operational
-from training.config import check_top_level
 from training.launch import NOT_OPTIONS, preflight
-from training.run_config import typed_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -56,15 +55,18 @@ def test_the_root_check_and_the_preflight_read_the_same_keys(compose_cfg, tmp_pa
     preflight(["reproduce.ref_lr=1e-3"])  # the preflight knows it too
 
 
-def test_reproduce_is_checked_key_by_key(compose_cfg, tmp_path) -> None:
+def test_reproduce_is_checked_key_by_key_by_its_reader(compose_cfg, tmp_path) -> None:
     base = ["experiment=f3_depth", f"run_dir={tmp_path}"]
-    typed_config(compose_cfg(base))
+    read = read_reproduce(compose_cfg(base))
+    assert (read.max_steps, read.lr, read.ref_lr) == (400, 1e-3, None)  # the run's, filled in
     with pytest.raises(ConfigError, match=r"reproduce\.wident is not a setting .*widen"):
-        typed_config(compose_cfg([*base, "+reproduce.wident=[]"]))
+        read_reproduce(compose_cfg([*base, "+reproduce.wident=[]"]))
     with pytest.raises(ConfigError, match=r"reproduce\.confirm\.sed is not a setting .*seeds"):
-        typed_config(compose_cfg([*base, "+reproduce.confirm.sed=[1]"]))
+        read_reproduce(compose_cfg([*base, "+reproduce.confirm.sed=[1]"]))
     with pytest.raises(ConfigError, match=r"reproduce\.ref_lr='x' must be of type"):
-        typed_config(compose_cfg([*base, "+reproduce.ref_lr=x"]))
+        read_reproduce(compose_cfg([*base, "+reproduce.ref_lr=x"]))
+    with pytest.raises(ConfigError, match=r"reproduce\.lr is not read from .* optim\.lr=1"):
+        read_reproduce(compose_cfg([*base, "+reproduce.lr=1"]))
 
 
 def test_every_value_is_checked_before_torch_loads() -> None:

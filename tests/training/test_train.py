@@ -25,6 +25,7 @@ from models.catalog import NORMS
 from models.config import NormConfig, PlacementConfig
 from models.gpt import GPT, GPTConfig
 from models.placement import PLACEMENTS
+from runs.checks import node_to
 from runs.errors import ConfigError
 from runs.summary import problems as summary_problems
 from tests.conftest import (
@@ -32,13 +33,12 @@ from tests.conftest import (
     TINY_RUN,
 )
 from training.build import allow_tf32
-from training.config import gpu_accelerator, node_to, optim_config
 from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from training.optim import OPTIMIZERS
-from training.optim_config import OptimConfig
+from training.optim_config import OptimConfig, read_optim
 from training.probes import ProbeConfig
-from training.run_config import DivergenceConfig
+from training.sections import DivergenceConfig, gpu_accelerator
 from training.specs import MODELS
 from training.task import LanguageModelTask
 
@@ -80,7 +80,7 @@ def test_every_option_composes_and_builds_its_dataclass(group, option):
     node_to(NormConfig, cfg.norm, "norm")
     node_to(dict, cfg.model, "model", drop=("name", "init_from"), fields_of=spec.config)
     node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size"))
-    optim_config(cfg, cfg.optim.warmup_steps)
+    read_optim(cfg.optim, cfg.optim.warmup_steps)
     node_to(ProbeConfig, cfg.probes, "probes")
     node_to(DivergenceConfig, cfg.divergence, "divergence")
     trainer_args = set(inspect.signature(L.Trainer.__init__).parameters)
@@ -158,7 +158,7 @@ def test_fused_adamw_is_an_opt_in_on_the_cpu_that_matches_the_default_step():
     assert max(abs(a - b) for a, b in zip(losses[True], losses[None], strict=True)) < 1e-5
     assert losses[None][0] - losses[None][-1] > 0.01  # the steps moved the model
     with pytest.raises(ConfigError, match="optim.fused is not read by optim=sgd"):
-        optim_config(compose_cfg(["optim=sgd", "+optim.fused=true"]), 0)
+        read_optim(compose_cfg(["optim=sgd", "+optim.fused=true"]).optim, 0)
 
 
 def test_non_finite_loss_stops_cleanly_as_diverged():

@@ -35,7 +35,7 @@ from training.probes import (
     probe_callbacks,
     run_forward_probes,
 )
-from training.run_config import DivergenceConfig
+from training.sections import DivergenceConfig
 
 EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)
 
