@@ -1,5 +1,5 @@
 """Init-probe records: per-layer gradient and residual norms of each model at initialization,
-read from probe.json files (any of the layouts below) or, without any, from the first values the
+read from probe.json files (their ``runs``) or, without any, from the first values the
 runs logged; averaged over seeds per variant for report.json and the per-layer plots.
 """
 
@@ -94,16 +94,13 @@ def parse_probe(record: dict, base: dict[str, Any], source: str) -> Probe | None
 
 
 def probe_records(data: Any) -> tuple[list[dict], dict[str, Any]]:
-    """A probe.json's records (a list, a dict holding one, or one record) + shared fields."""
-    if isinstance(data, list):
-        return [r for r in data if isinstance(r, dict)], {}
-    if not isinstance(data, dict):
+    """A probe.json's records (its ``runs``) + the fields they share; another layout (older
+    code's) holds none: python -m scripts.migrate converts it."""
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
         return [], {}
-    for value in data.values():
-        if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            shared = {k: v for k, v in data.items() if isinstance(v, str) or k in PARAM_KEYS}
-            return value, shared
-    return [data], {}
+    shared = {k: v for k, v in data.items() if isinstance(v, str) or k in PARAM_KEYS}
+    return [r for r in runs if isinstance(r, dict)], shared
 
 
 def first_logged(run: Run, pattern: re.Pattern) -> list[float]:

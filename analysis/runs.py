@@ -38,8 +38,8 @@ UNFINISHED = str(Outcome.UNFINISHED)
 # Fields every table row shows, in this order, and where a config keeps them.
 CANONICAL: dict[str, tuple[str, ...]] = {
     "model": ("model.name",),
-    "placement": ("placement.name", "model.placement"),
-    "norm": ("norm.name", "model.norm"),
+    "placement": ("placement.name",),
+    "norm": ("norm.name",),
     "n_layer": ("model.n_layer",),
     "n_embd": ("model.n_embd",),
     "lr": ("optim.lr",),
@@ -118,7 +118,7 @@ def read_json(path: Path, warn: Warnings, effect: str = "ignored", types: tuple 
     return data
 
 
-def read_summary(run_dir: Path, warn: Warnings | None = None) -> dict[str, Any] | None:
+def run_summary(run_dir: Path, warn: Warnings | None = None) -> dict[str, Any] | None:
     """A run's summary.json: None when there is none (running, or killed before writing it),
     {} when it cannot be read (being written, or cut); the run then counts as unfinished."""
     path = run_dir / runfiles.SUMMARY
@@ -313,7 +313,7 @@ def find_run_dirs(sweep_dir: Path, skip: Path | None = None) -> list[Path]:
 
 
 def load_run(run_dir: Path, warn: Warnings) -> Run | None:
-    summary = read_summary(run_dir, warn)
+    summary = run_summary(run_dir, warn)
     config = read_yaml_flat(run_dir / runfiles.CONFIG, warn)
     metrics = read_metrics(find_metrics_file(run_dir), warn)
     if not (summary or config or metrics):

@@ -1,5 +1,5 @@
 """The data groups' configs (conf/data/*.yaml), torch-free: each key a field with its default,
-read by node_to (training/config.py) before torch is imported; data/text.py and data/vision.py
+read by node_to (runs/checks.py) before torch is imported; data/text.py and data/vision.py
 check the values that need the data (sources, tokenizers) when they prepare it.
 """
 

@@ -32,9 +32,9 @@ from experiments.sweep import (
     estimate_s,
     job_dirs,
     launch_overrides,
+    planned_jobs,
     run_states,
     run_sweep,
-    sweep_jobs,
     swept_values,
 )
 from experiments.verdicts import (
@@ -104,7 +104,7 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
     experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
     out = (args.out or SWEEPS / experiment).resolve()
     cfg = compose(experiment, args.overrides)
-    launches = [(o, sweep_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
+    launches = [(o, planned_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
     command = " ".join(
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
     )
@@ -216,7 +216,7 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
             if chosen[param] is not None
         ]
         these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
-        out.append((these, sweep_jobs(sweep.cfg, these)))
+        out.append((these, planned_jobs(sweep.cfg, these)))
     return out
 
 
@@ -296,7 +296,7 @@ def reproduce_all(args: argparse.Namespace) -> int:
     total = 0.0
     for experiment, kind in sweeps.items():
         cfg = compose(experiment, args.overrides)
-        total += estimate_s(cfg, sweep_jobs(cfg, args.overrides), kind)
+        total += estimate_s(cfg, planned_jobs(cfg, args.overrides), kind)
     console.print(
         f"[bold]{len(FINDINGS)} findings, {len(sweeps)} sweeps[/]: ~{total / 60:.0f} min {ESTIMATE}"
     )

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from analysis.findings.settings import read_reproduce
-from analysis.runs import read_summary, status_of
+from analysis.runs import run_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
 from runs.dirlock import RunDirLock
@@ -50,7 +50,7 @@ def compose(experiment: str, overrides: list[str]):
         )
 
 
-def sweep_jobs(cfg, overrides: list[str]) -> list[list[str]]:
+def planned_jobs(cfg, overrides: list[str]) -> list[list[str]]:
     """Each job's overrides, in Hydra's launch order; command line overrides replace the
     experiment's sweep params of the same key, as in train.py -m (training/sweep.py: grid)."""
     from runs.jobs import grid
@@ -95,7 +95,7 @@ def run_states(out: Path, dirs: list[str]) -> dict[int, tuple[str, float | None]
         path = out / name
         if not path.is_dir():
             continue
-        summary = read_summary(path)
+        summary = run_summary(path)
         if summary is None:
             states[k] = ("running", None)
         elif not summary:  # being written: look again next time
@@ -248,7 +248,7 @@ def run_sweep(
 
 def progress_line(run: Path, k: int, n: int, what: str, status: str, pace: str) -> str:
     """One finished job: which, how it ended, its best val loss, the time so far and left."""
-    best = (read_summary(run) or {}).get("best_val_loss")
+    best = (run_summary(run) or {}).get("best_val_loss")
     loss = f", best val {best:.4f}" if isinstance(best, int | float) else ""
     return f"run {k + 1}/{n}: {what} -> {status}{loss} [{pace}]"
 

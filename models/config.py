@@ -58,11 +58,16 @@ class NormConfig:
 
     def build(self, dim: int, name: str | None = None) -> nn.Module:
         """This norm (or the registry's ``name``, e.g. its per-head norm) over ``dim`` features."""
-        return get_norm(name or self.name)(dim, self.eps, alpha=self.alpha, groups=self.groups)
+        return get_norm(name or self.name)(dim, self.eps, **self.options())
 
     def check(self, dim: int) -> None:
         """Refuse a name or options this norm would refuse over ``dim`` features (torch-free)."""
-        get_norm(self.name).check_options(dim, alpha=self.alpha, groups=self.groups)
+        get_norm(self.name).check_options(dim, **self.options())
+
+    def options(self) -> dict[str, Any]:
+        """Every option field; each norm takes the ones its NormSpec.options names (a new
+        option is one field here and one keyword of the norm that reads it)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("name", "eps")}
 
 
 def group_config(cls: type, value: Any) -> Any:
@@ -74,17 +79,6 @@ def group_config(cls: type, value: Any) -> Any:
     if isinstance(value, dict):
         return cls(**value)
     raise TypeError(f"{cls.__name__} expected, or a name; got {value!r}")
-
-
-# Flat model fields of records written before placement and norm became sub-configs.
-FLAT_FIELDS = {
-    "deepnorm_alpha": ("placement", "alpha"),
-    "deepnorm_beta": ("placement", "beta"),
-    "mix_fraction": ("placement", "mix_fraction"),
-    "norm_eps": ("norm", "eps"),
-    "dyt_alpha": ("norm", "alpha"),
-    "norm_groups": ("norm", "groups"),
-}
 
 
 @dataclass(kw_only=True)
@@ -110,20 +104,6 @@ class BlockConfig:
     # statistics span tokens), and the integer fields that must be positive besides the stack's.
     causal: ClassVar[bool] = False
     positive_fields: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_dict(cls, saved: dict[str, Any]) -> BlockConfig:
-        """The config a checkpoint or probe.json saved (``dataclasses.asdict``), older flat
-        records included."""
-        kwargs = {k: v for k, v in saved.items() if k not in FLAT_FIELDS}
-        for group in ("placement", "norm"):
-            node = kwargs.get(group, {})
-            node = {"name": node} if isinstance(node, str) else dict(node)
-            for key, (owner, name) in FLAT_FIELDS.items():
-                if owner == group and key in saved:
-                    node[name] = saved[key]
-            kwargs[group] = node
-        return cls(**kwargs)
 
     def __post_init__(self) -> None:
         self.placement = group_config(PlacementConfig, self.placement)

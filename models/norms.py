@@ -79,12 +79,6 @@ class DyT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.alpha * x) * self.weight + self.bias
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        alpha = state_dict.get(prefix + "alpha")
-        if alpha is not None and alpha.dim() == 0:  # checkpoints saved with a 0-dim alpha
-            state_dict[prefix + "alpha"] = alpha.reshape(1)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
 

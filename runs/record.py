@@ -111,8 +111,8 @@ class RunRecord:
         return {"status": str(self.status), "diverged_at_step": self.diverged_at_step}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """A checkpoint's outcome so far; one written while healthy resumes running (older
-        checkpoints say "completed" for that)."""
+        """A checkpoint's outcome so far: diverged stays diverged; anything else was written
+        while healthy and resumes running."""
         if state.get("status") == Status.DIVERGED:
             self.status, self.diverged_at_step = Status.DIVERGED, state.get("diverged_at_step")
         else:

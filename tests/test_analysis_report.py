@@ -271,7 +271,7 @@ def test_explicit_group_and_probe_json(tmp_path: Path) -> None:
         for p in ("post", "pre")
         for s in (0, 1)
     ]
-    (tmp_path / "probe.json").write_text(json.dumps({"model": "gpt", "records": records}))
+    (tmp_path / "probe.json").write_text(json.dumps({"model": "gpt", "runs": records}))
     report = reporting.compare(tmp_path)
     assert report["wandb_groups"] == ["depth_stability"]
     assert report["wandb_sync"] is None

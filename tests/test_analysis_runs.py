@@ -80,13 +80,13 @@ def test_read_metrics_sparse_rows(tmp_path: Path) -> None:
 
 
 def test_read_summary_tells_absent_from_unreadable(tmp_path: Path) -> None:
-    assert runs.read_summary(tmp_path) is None  # running, or killed before writing it
+    assert runs.run_summary(tmp_path) is None  # running, or killed before writing it
     (tmp_path / "summary.json").write_text('{"status": "compl')
     warn = runs.Warnings(quiet=True)
-    assert runs.read_summary(tmp_path, warn) == {}
+    assert runs.run_summary(tmp_path, warn) == {}
     assert runs.status_of({}) == runs.UNFINISHED and "unreadable JSON" in warn[0]
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "error": "x"}))
-    assert runs.status_of(runs.read_summary(tmp_path)) == "failed"
+    assert runs.status_of(runs.run_summary(tmp_path)) == "failed"
     assert "failed" not in FINISHED
 
 

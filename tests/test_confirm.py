@@ -88,7 +88,7 @@ def test_reproduce_launches_fresh_seeds_at_each_variants_best_lr(tmp_path, monke
     small = ["placement=pre", "optim.lr=1e-3,3e-3"]  # 2 norms x 2 lrs x 2 seeds: 8 grid jobs
     out = tmp_path / "f5"
     cfg = reproduce_sweep.compose("f5_norms", small)
-    grid = reproduce_sweep.sweep_jobs(cfg, small)
+    grid = reproduce_sweep.planned_jobs(cfg, small)
     best = {"layernorm": 3e-3, "rmsnorm": 1e-3}
     for job, name in zip(grid, reproduce_sweep.job_dirs(cfg, grid), strict=True):
         o = dict(item.split("=", 1) for item in job)
@@ -145,7 +145,7 @@ def test_a_row_read_at_a_named_rate_holds_the_grids_seeds_only() -> None:
 def test_every_ranking_at_best_rates_confirms_on_five_fresh_seeds(experiment: str) -> None:
     cfg = reproduce_sweep.compose(experiment, [])
     confirm = read_reproduce(cfg).confirm
-    grid = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))["seed"]
+    grid = reproduce_sweep.swept_values(reproduce_sweep.planned_jobs(cfg, []))["seed"]
     assert len(confirm.seeds) >= 5 and not {str(s) for s in confirm.seeds} & set(grid)
     assert "lr" not in confirm.by  # the rate is what the grid chooses
 

@@ -18,7 +18,7 @@ from experiments import verdicts as reproduce_verdicts
 
 def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
     cfg = reproduce_sweep.compose("f3_depth", [])
-    jobs = reproduce_sweep.sweep_jobs(cfg, [])
+    jobs = reproduce_sweep.planned_jobs(cfg, [])
     by_depth = {}
     for job in jobs:
         depth = int(dict(x.split("=", 1) for x in job)["model.n_layer"])
@@ -43,7 +43,7 @@ def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
     assert reproduce_sweep.estimate_s(cfg, jobs, "train") == pytest.approx(seconds)
     # A BPE vocabulary adds its head: 6 x V x d FLOPs a token (F12: V = 1,024).
     f12 = reproduce_sweep.compose("f12_z_loss", [])
-    job = reproduce_sweep.sweep_jobs(f12, [])[0]
+    job = reproduce_sweep.planned_jobs(f12, [])[0]
     plain = reproduce_sweep.job_work(reproduce_sweep.compose("f6_lr_sensitivity", []), job)[0] / 500
     assert reproduce_sweep.job_work(f12, job)[0] / 1000 - plain == pytest.approx(
         6 * 1024 * 64 * 16 * 64 * (1 + 20 * 8 / 3 / 1000), rel=0.02
@@ -101,11 +101,11 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
     assert grid == ["seed=0"] and more and all(o[0] == "seed=0" for o in more)
     base = {
         float(x)
-        for x in reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, grid))["optim.lr"]
+        for x in reproduce_sweep.swept_values(reproduce_sweep.planned_jobs(cfg, grid))["optim.lr"]
     }
     widen = read_reproduce(cfg).widen
     for overrides in more[: len(widen)]:  # each widening runs rates outside the grid, one seed
-        jobs = reproduce_sweep.sweep_jobs(cfg, overrides)
+        jobs = reproduce_sweep.planned_jobs(cfg, overrides)
         lrs = {float(x) for x in reproduce_sweep.swept_values(jobs)["optim.lr"]}
         assert jobs and not lrs & base and reproduce_sweep.swept_values(jobs)["seed"] == ["0"]
         assert all(lr < min(base) or lr > max(base) for lr in lrs)  # beyond the grid's edge
@@ -119,7 +119,7 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
 def test_the_league_runs_olmo2s_block_as_an_arm_on_the_grids_rates_and_seeds() -> None:
     cfg = reproduce_sweep.compose("placements_depth", [])
     grid, _, arm = reproduce_sweep.launch_overrides(cfg, [])
-    jobs = reproduce_sweep.sweep_jobs(cfg, arm)
+    jobs = reproduce_sweep.planned_jobs(cfg, arm)
     swept = reproduce_sweep.swept_values(jobs)
     assert len(jobs) == 4 * 2 and [float(x) for x in swept["optim.lr"]] == [3e-4, 1e-3, 3e-3, 1e-2]
     for key, value in [("placement", "reorder"), ("norm", "rmsnorm"),

@@ -31,7 +31,7 @@ def test_every_finding_has_both_sizes() -> None:
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_composes_and_sweeps(experiment: str) -> None:
     cfg = reproduce_sweep.compose(experiment, [])
-    jobs = reproduce_sweep.sweep_jobs(cfg, [])
+    jobs = reproduce_sweep.planned_jobs(cfg, [])
     swept = reproduce_sweep.swept_values(jobs)
     assert len(jobs) >= 2 and all(len(set(job)) == len(job) for job in jobs)
     assert len(jobs) == math.prod(len(v) for v in swept.values())
@@ -63,16 +63,16 @@ def test_finding_figures_plot_keys_their_sweeps_vary() -> None:
         assert figure.name in finding.plots
         for size in ("", "_gpu"):
             cfg = reproduce_sweep.compose(finding.experiment + size, [])
-            swept = reproduce_sweep.swept_values(reproduce_sweep.sweep_jobs(cfg, []))
+            swept = reproduce_sweep.swept_values(reproduce_sweep.planned_jobs(cfg, []))
             assert len(swept[figure.x]) >= 2
 
 
 def test_gpu_size_overrides_sweep_params() -> None:
     cpu = reproduce_sweep.swept_values(
-        reproduce_sweep.sweep_jobs(reproduce_sweep.compose("f3_depth", []), [])
+        reproduce_sweep.planned_jobs(reproduce_sweep.compose("f3_depth", []), [])
     )
     gpu = reproduce_sweep.swept_values(
-        reproduce_sweep.sweep_jobs(reproduce_sweep.compose("f3_depth_gpu", []), [])
+        reproduce_sweep.planned_jobs(reproduce_sweep.compose("f3_depth_gpu", []), [])
     )
     assert cpu["placement"] == gpu["placement"] == ["post", "pre", "deepnorm"]
     assert max(map(int, gpu["model.n_layer"])) > max(map(int, cpu["model.n_layer"]))
@@ -80,7 +80,7 @@ def test_gpu_size_overrides_sweep_params() -> None:
 
 def test_command_line_sweep_replaces_experiment_params() -> None:
     cfg = reproduce_sweep.compose("f2_warmup", ["seed=3"])
-    jobs = reproduce_sweep.sweep_jobs(cfg, ["seed=3", "optim.lr=1e-4,2e-4,3e-4"])
+    jobs = reproduce_sweep.planned_jobs(cfg, ["seed=3", "optim.lr=1e-4,2e-4,3e-4"])
     swept = reproduce_sweep.swept_values(jobs)
     assert swept["seed"] == ["3"] and len(swept["optim.lr"]) == 3
     assert len(jobs) == 2 * 3 * 2  # placements x lrs x warmups
@@ -88,7 +88,7 @@ def test_command_line_sweep_replaces_experiment_params() -> None:
 
 def swept(experiment: str) -> tuple[object, list[list[str]], dict[str, list[str]]]:
     cfg = reproduce_sweep.compose(experiment, [])
-    jobs = reproduce_sweep.sweep_jobs(cfg, [])
+    jobs = reproduce_sweep.planned_jobs(cfg, [])
     for job in (jobs[0], jobs[-1]):  # a typo in a swept key or option fails here
         reproduce_sweep.compose(experiment, job)
     return cfg, jobs, reproduce_sweep.swept_values(jobs)
@@ -163,7 +163,7 @@ def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
     """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
     both seeds failed on a config error."""
     cfg = reproduce_sweep.compose("f2_warmup", F2_SMALL)
-    jobs = reproduce_sweep.sweep_jobs(cfg, F2_SMALL)
+    jobs = reproduce_sweep.planned_jobs(cfg, F2_SMALL)
     for job, name in zip(jobs, reproduce_sweep.job_dirs(cfg, jobs), strict=True):
         o = dict(item.split("=", 1) for item in job)
         placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])

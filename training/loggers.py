@@ -61,7 +61,7 @@ def hydra_context() -> tuple[str | None, str | None]:
     return (str(experiment) if experiment else None), sweep
 
 
-def wandb_group(run: RunConfig) -> str | None:
+def run_wandb_group(run: RunConfig) -> str | None:
     """Explicit ``group=``, else the sweep: its dir's last two parts (one sweep dir = one group,
     so every rerun or extension of that sweep lands in the same group)."""
     _, sweep = hydra_context()
@@ -153,7 +153,7 @@ def build_loggers(
         if key == "csv":
             loggers.append(ResumableCSVLogger(run_dir, cut=cut, **args))
         elif key == "wandb":
-            logged["wandb_group"] = wandb_group(run)
+            logged["wandb_group"] = run_wandb_group(run)
             loggers.append(build_wandb(run, args, run_dir, wandb_id, logged["wandb_group"]))
         else:  # a `_target_` entry (the typed config refused any other)
             loggers.append(instantiate_logger(key, args, run_dir))

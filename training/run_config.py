@@ -238,10 +238,4 @@ def record_defaults() -> dict[str, Any]:
                 found.setdefault(f"{prefix}.{f.name}", []).append(json.loads(json.dumps(value)))
     defaults = {k: v[0] for k, v in found.items() if all(x == v[0] for x in v)}
     defaults["kernels.fused"] = True
-    # Keys whose default changed when they were added: a record without the key ran the old
-    # behaviour, so it compares at that (ReZero had one gate per sub-layer before placement.gates).
-    defaults.update(RAN_BEFORE_KEY)
     return defaults
-
-
-RAN_BEFORE_KEY = {"placement.gates": "sublayer"}

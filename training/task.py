@@ -104,8 +104,7 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         if model is None:  # Task.load_from_checkpoint(path): rebuilt from the saved config
             if model_config is None:
                 raise ValueError("pass a model, or the model_config to build one from")
-            saved = getattr(self.config_class, "from_dict", self.config_class)  # older records too
-            model = self.model_class(saved(model_config))
+            model = self.model_class(self.config_class(**model_config))
         optim = OptimConfig(**optim) if isinstance(optim, dict) else optim or OptimConfig()
         cfg = getattr(model, "cfg", None)
         # Saved in every checkpoint, so that it describes itself (plain values: safe to load).

@@ -28,7 +28,7 @@ from analysis.findings.common import (
     variant,
 )
 from analysis.findings.settings import ReproduceConfig
-from analysis.runs import read_summary, run_series
+from analysis.runs import run_series, run_summary
 from runs import metric_names as names
 
 EARLY_FRACTION = 0.05  # "early": the first 5% of training
@@ -161,7 +161,7 @@ def unigram_loss(row: dict) -> float:
     found = [
         x
         for r in row["runs"]
-        if isinstance(x := (read_summary(Path(r["run_dir"])) or {}).get("unigram_loss"), float)
+        if isinstance(x := (run_summary(Path(r["run_dir"])) or {}).get("unigram_loss"), float)
     ]
     if not found:
         raise NoData(f"{row['label']}: no run recorded its data's unigram_loss")

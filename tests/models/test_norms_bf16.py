@@ -25,13 +25,6 @@ def test_dyt_under_bf16_autocast_computes_its_tanh_in_fp32():
     assert norm.alpha.shape == (1,)
 
 
-def test_dyt_loads_a_checkpoint_with_a_0_dim_alpha():
-    norm = DyT(4)
-    state = {**norm.state_dict(), "alpha": torch.tensor(0.9)}
-    norm.load_state_dict(state)
-    assert norm.alpha.shape == (1,) and norm.alpha.item() == torch.tensor(0.9).item()
-
-
 def test_groupnorm_in_bf16_matches_f_group_norm_and_keeps_the_dtype():
     torch.manual_seed(0)
     for groups in (1, 8):

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models.gpt import GPT, GPTConfig
+from scripts import migrate
 from training.attempt import config_changes
 
 
@@ -35,11 +36,14 @@ def test_rezero_block_is_the_official_formula_with_one_resweight() -> None:
     assert torch.allclose(block(x), h + 0.3 * block.mlp(h), atol=1e-6)
 
 
-def test_a_rezero_record_without_gates_ran_one_gate_per_sub_layer() -> None:
-    assert config_changes({}, {"placement.gates": "layer"}) == [
-        "placement.gates: sublayer -> layer"
-    ]
-    assert config_changes({}, {"placement.gates": "sublayer"}) == []
+def test_a_rezero_record_without_gates_is_migrated_to_one_gate_per_sub_layer() -> None:
+    """Records written before placement.gates ran ReZero with one gate per sub-layer: the
+    migration writes that into them, so a resume with today's default is refused naming it."""
+    old = migrate.run_config({"placement.name": "rezero"})
+    new = {"placement.name": "rezero", "placement.gates": "layer"}
+    assert config_changes(old, new) == ["placement.gates: sublayer -> layer"]
+    assert config_changes(old, {**new, "placement.gates": "sublayer"}) == []
+    assert migrate.run_config({"placement.name": "pre"}) == {"placement.name": "pre"}
 
 
 def test_full_width_qk_norm_normalizes_q_and_k_before_the_head_split() -> None:

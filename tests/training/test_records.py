@@ -123,7 +123,7 @@ def test_a_superseded_checkpoint_evaluates_with_its_own_settings(tmp_path, tiny_
 def test_evaluate_says_when_the_data_changed_and_bad_files_are_one_line(
     tmp_path, tiny_run, compose_cfg, capsys
 ):
-    from scripts import evaluate, sample
+    from scripts import evaluate, migrate, sample
 
     over = corpus_run(tmp_path, tiny_run)
     train.run(compose_cfg(over))
@@ -148,10 +148,13 @@ def test_evaluate_says_when_the_data_changed_and_bad_files_are_one_line(
         sample.main([str(run)])
     err = capsys.readouterr().err
     assert "is damaged" in err and "pass a run dir whose last.ckpt is whole" in err
-    (run / "last.ckpt.sha256").unlink()  # an older run dir, without digests: torch's own check
+    (run / "last.ckpt.sha256").unlink()  # no digest: refused, naming the migration
     with pytest.raises(SystemExit):
         sample.main([str(run)])
-    assert "is unreadable or unsafe" in capsys.readouterr().err
+    assert "no digest file (last.ckpt.sha256)" in capsys.readouterr().err
+    assert migrate.main([str(run)]) == 0  # it records no digest for a file it cannot read
+    assert "last.ckpt: unreadable: left alone" in capsys.readouterr().out
+    assert not (run / "last.ckpt.sha256").exists()
 
 
 @pytest.mark.parametrize(

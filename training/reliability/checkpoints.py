@@ -13,7 +13,8 @@ on disk, a copy gone wrong) still unpickles, and resumed a run to wrong numbers.
 therefore records the file's SHA-256 in ``<name>.sha256`` beside it, and every load checks it:
 a damaged checkpoint is refused in one line. The digest file lists the previous file's digest
 too while the rename is under way, so a kill between the two writes never makes a good file
-look damaged. A checkpoint without a digest file (written before this) loads unchecked.
+look damaged. A checkpoint without a digest file is refused too (older code's: python -m
+scripts.migrate records one).
 """
 
 from __future__ import annotations
@@ -148,10 +149,17 @@ RESUME_FIX = (
 
 def verify(path: Path, fix: str = RESUME_FIX) -> None:
     """Raise DamagedCheckpoint when ``path`` differs from every digest recorded at its save, or
-    when its digest file exists but records none (empty, cut, garbled: damage too, never a
-    licence to load unchecked). Only a checkpoint without any digest file loads unchecked."""
+    when it has no digest file or one that records none (empty, cut, garbled: never a licence
+    to load unchecked). Every save writes the digest before the checkpoint lands; a checkpoint
+    from before digests gets one from ``python -m scripts.migrate <run dir>``."""
     recorded = recorded_digests(path)
-    if not recorded and digest_path(path).exists():
+    if not digest_path(path).exists():
+        raise DamagedCheckpoint(
+            f"checkpoint {path} has no digest file ({digest_path(path).name}), so it cannot be "
+            f"checked; if it is a run's own from older code, python -m scripts.migrate "
+            f"{path.parent} records one; else {fix}"
+        )
+    if not recorded:
         raise DamagedCheckpoint(
             f"checkpoint {path} cannot be checked: its digest file {digest_path(path).name} is "
             f"empty or unreadable; {fix}"

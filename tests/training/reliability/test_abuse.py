@@ -24,7 +24,12 @@ from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows, signal_at_step
 from training.attempt import RunDirLock, fingerprint
 from training.errors import Interrupted
-from training.reliability.checkpoints import read_checkpoint
+from training.reliability.checkpoints import (
+    digest_path,
+    file_digest,
+    read_checkpoint,
+    write_digests,
+)
 from training.reliability.metrics_csv import keep_rows_below
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,11 +81,17 @@ class RunsCode:
 def test_a_crafted_checkpoint_cannot_run_code(tmp_path, tiny_run, compose_cfg):
     path = tmp_path / "evil.ckpt"
     torch.save({"state_dict": {}, "global_step": 1, "payload": RunsCode()}, path)
+    with pytest.raises(ValueError, match="no digest file"):  # refused before any unpickling
+        read_checkpoint(path)
+    # With a digest that matches (a crafted file and a crafted digest), torch's weights-only
+    # loader still refuses it.
+    write_digests(path, [file_digest(path)])
     with pytest.raises(ValueError, match="unreadable or unsafe"):
         read_checkpoint(path)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     os.replace(path, run_dir / "last.ckpt")  # the auto-resume path reads it too
+    os.replace(digest_path(path), digest_path(run_dir / "last.ckpt"))
     with pytest.raises(ConfigError, match="unsafe"):
         train.run(compose_cfg([*tiny_run, f"run_dir={run_dir}"]))
     assert not (ROOT / "pwned").exists() and not (tmp_path / "pwned").exists()

@@ -278,7 +278,7 @@ BAD = {
     "undecodable": (["data=text_files", "data.paths=[{latin1}]"], "convert the files to UTF-8"),
     "image columns": (["model=vit", "data=hf_image", "data.hf_id={imgs}"], "data.image_column"),
     "hub offline": (["data=hf_text"], "go online, or use data=text_files"),
-    "corrupt checkpoint": (["ckpt_path={garbage}"], "unreadable"),
+    "corrupt checkpoint": (["ckpt_path={garbage}"], "no digest file (garbage.ckpt.sha256)"),
     "checkpoint of another model": (["ckpt_path={other}"], "ckpt_path continues a run"),
     "other settings in the run dir": (["run_dir={other_dir}"], "resume=false"),
     "wandb online, no network": (["logger=wandb", "logger.wandb.mode=online"], "mode=offline"),
