@@ -67,7 +67,7 @@ def attempt(
     from training.threads import set_threads
 
     with Attempt(cfg) as this:
-        if this.finished is not None:
+        if this.done_before is not None:
             return this
         try:
             this.record.results["threads"] = set_threads(cfg.num_threads)
@@ -97,7 +97,7 @@ def main(cfg: DictConfig) -> dict:
     # once (training/sweep.py) and each job records its own failure.
     run = None if in_multirun() else check_config(cfg)
     this = attempt(cfg, run=run)
-    return job_outcome(this.summary, skipped=this.finished is not None)
+    return job_outcome(this.summary, skipped=this.done_before is not None)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from analysis.runs import (
 from analysis.variants import group_variants, md_cell, md_code, poolable, variant_fields
 from analysis.wandb_report import wandb_target
 from runs import runfiles
+from runs.errors import ConfigError
 
 
 # --- wandb -------------------------------------------------------------------------------------
@@ -228,26 +229,26 @@ def writing_into(out_dir: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        raise SystemExit(
-            f"compare: cannot write the report into {out_dir} ({err.strerror or err}); free "
+        raise ConfigError(
+            f"cannot write the report into {out_dir} ({err.strerror or err}); free "
             "space or pass --out <a writable dir>"
         ) from None
 
 
-def compare(
+def write_report(
     sweep_dir: str | Path, out: str | Path | None = None, plots: bool = True, logy: bool = False
 ) -> dict:
     """Load every run below ``sweep_dir``, write report.md/report.json/plots; return the report."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise SystemExit(f"compare: {sweep_dir} is not a directory; pass a sweep or run dir")
+        raise ConfigError(f"{sweep_dir} is not a directory; pass a sweep or run dir")
     out_dir = Path(out) if out else sweep_dir / "report"
     runs, warn = load_runs(sweep_dir, skip=out_dir)
     runs, fields, left_out = poolable(runs, variant_fields(runs))
     found = init_probes.load_probes(sweep_dir, runs, fields, warn, skip=out_dir)
     if not runs and not found:
-        raise SystemExit(
-            f"compare: no runs under {sweep_dir} (no summary.json, metrics.csv, "
+        raise ConfigError(
+            f"no runs under {sweep_dir} (no summary.json, metrics.csv, "
             ".hydra/config.yaml or probe.json); pass a sweep dir such as multirun/<date>/<time>"
         )
     with writing_into(out_dir):
@@ -283,7 +284,7 @@ def xy_figure(
     sweep_dir: str | Path, x: str, ys: list[str], out: str | Path | None = None, name=None
 ) -> Path:
     """``ys`` against swept key ``x`` (analysis/xy.py) into the report dir; its path.
-    A key the sweep does not vary, or a y no run has, ends in one line (SystemExit)."""
+    A key the sweep does not vary, or a y no run has, is a ConfigError (one line)."""
     sweep_dir = Path(sweep_dir)
     out_dir = Path(out) if out else sweep_dir / "report"
     runs, _ = load_runs(sweep_dir, skip=out_dir)
@@ -292,10 +293,10 @@ def xy_figure(
     try:
         written = xy.plot_xy(variants, fields, xy.resolve_key(x, variants), ys, out_dir, name)
     except ValueError as err:
-        raise SystemExit(f"compare: {err}") from None
+        raise ConfigError(str(err)) from None
     if written is None:
-        raise SystemExit(
-            f"compare: no run has {','.join(ys)}; pass a summary field such as best_val_loss "
+        raise ConfigError(
+            f"no run has {','.join(ys)}; pass a summary field such as best_val_loss "
             "or how:metric such as max:attn/max_logit"
         )
     return out_dir / written

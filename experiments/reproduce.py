@@ -19,7 +19,7 @@ from rich.table import Table
 from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, decide_finding
 from analysis.findings.common import confirm_at
 from analysis.findings.settings import read_reproduce
-from analysis.report import compare, table_cells, xy_figure
+from analysis.report import table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
 from experiments.sweep import (
     ESTIMATE,
@@ -47,6 +47,7 @@ from experiments.verdicts import (
     verdict_stem,
     write_verdicts,
 )
+from runs.errors import ConfigError
 from runs.record import FINISHED, Outcome, Status
 
 SIZES = ("cpu", "gpu")
@@ -117,8 +118,8 @@ def launch(sweep: Sweep) -> int:
     for overrides, jobs in sweep.launches:
         dirs = job_dirs(sweep.cfg, jobs)
         if not all_finished(sweep.out, dirs):
-            kind = sweep.finding.kind
-            code = max(code, run_sweep(sweep.experiment, jobs, dirs, sweep.out, overrides, kind))
+            mode = sweep.finding.mode
+            code = max(code, run_sweep(sweep.experiment, jobs, dirs, sweep.out, overrides, mode))
     return code
 
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         states = run_states(out, dirs)
         left = [j for k, j in enumerate(jobs) if states.get(k, ("",))[0] not in FINISHED]
         try:  # each job's config resolved: a value the experiment has no entry for fails here
-            minutes = estimate_s(sweep.cfg, left, sweep.finding.kind) / 60
+            minutes = estimate_s(sweep.cfg, left, sweep.finding.mode) / 60
         except Exception as err:  # noqa: BLE001 - an override the experiment cannot take
             return bad_overrides(err)
         console.print(f"  estimate: ~{minutes:.1f} min for {len(left)} runs {ESTIMATE}")
@@ -171,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         code, timing = 0, earlier  # the sweep's time and the command(s) that ran it
     else:
         code, timing = launch(sweep), None
-    if confirming := confirm_launches(sweep, args.overrides, code):
+    try:  # the confirmation reads the grid's report
+        confirming = confirm_launches(sweep, args.overrides, code)
+    except ConfigError as err:
+        console.print(f"error: {err}", markup=False)
+        return 1
+    if confirming:
         sweep.launches += confirming
         jobs, dirs = sweep.jobs, sweep.dirs
         if not all_finished(out, dirs):
@@ -193,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     if earlier and not finished_before:
         timing = extended(earlier, clock.wall(), clock.cpu(), sweep.command)
         sweep.command = timing["command"]  # the earlier launches' commands, then this one
-    return judge(sweep, args, code, clock, timing)
+    try:
+        return judge(sweep, args, code, clock, timing)
+    except ConfigError as err:  # the report cannot be written (a full disk, no runs)
+        console.print(f"error: {err}", markup=False)
+        return 1
 
 
 def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tuple]:
@@ -207,7 +217,7 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
     seeds = "seed=" + ",".join(map(str, confirm.seeds))
     out = []
-    report = compare(sweep.out, plots=False)
+    report = write_report(sweep.out, plots=False)
     for chosen in confirm_at(report, list(confirm.by), confirm.seeds, reproduce.baseline):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
         fixed = [  # a param the report does not vary (None) is left to the experiment
@@ -223,7 +233,7 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
 def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timing) -> int:
     """Compare the runs, decide the claims, write (and publish) the verdicts."""
     out, name = sweep.out, sweep.name
-    report = compare(out)
+    report = write_report(out)
     if report["wandb"]:  # the runs logged to wandb: the report joins their group
         console.print(log_report(report, out / "report", table_cells(report)))
     for figure in sweep.finding.figures:
@@ -238,7 +248,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         "title": sweep.finding.title,
         "experiment": sweep.experiment,
         "size": args.size,
-        "kind": sweep.finding.kind,
+        "kind": sweep.finding.mode,  # the published field
         "command": sweep.command,
         "sweep_dir": str(out),
         "sweep_returncode": code,
@@ -292,11 +302,11 @@ def reproduce_all(args: argparse.Namespace) -> int:
         raise SystemExit("error: reproduce.py all writes each sweep to its own dir; drop --out")
     flags = ["--size", args.size, *(["--dry-run"] if args.dry_run else [])]
     suffix = "_gpu" if args.size == "gpu" else ""
-    sweeps = {FINDINGS[n].experiment + suffix: FINDINGS[n].kind for n in FINDINGS}
+    sweeps = {FINDINGS[n].experiment + suffix: FINDINGS[n].mode for n in FINDINGS}
     total = 0.0
-    for experiment, kind in sweeps.items():
+    for experiment, mode in sweeps.items():
         cfg = compose(experiment, args.overrides)
-        total += estimate_s(cfg, planned_jobs(cfg, args.overrides), kind)
+        total += estimate_s(cfg, planned_jobs(cfg, args.overrides), mode)
     console.print(
         f"[bold]{len(FINDINGS)} findings, {len(sweeps)} sweeps[/]: ~{total / 60:.0f} min {ESTIMATE}"
     )

@@ -149,9 +149,9 @@ def job_work(cfg, job: list[str]) -> tuple[float, float, float]:
     return per_token * batch * context * steps * val, layers * steps * val, steps
 
 
-def estimate_s(cfg, jobs: list[list[str]], kind: str) -> float:
+def estimate_s(cfg, jobs: list[list[str]], mode: str) -> float:
     """Wall seconds the sweep should take here: its jobs' times over the parallel jobs."""
-    if kind != "train":
+    if mode != "train":
         return OVERHEAD_S * 2
     parallel = int(cfg.hydra.launcher.get("n_jobs", 1) or 1)
     threads = int(cfg.get("num_threads") or max(1, (os.cpu_count() or 1) // parallel))
@@ -189,7 +189,7 @@ def hydra_quoted(value: str) -> str:
     return '"' + value.replace('"', '\\"') + '"'
 
 
-# The program each kind of finding sweeps with.
+# The program each mode of finding sweeps with.
 ENTRIES = {"train": "train.py", "init_probe": "scripts/init_probe.py"}
 
 
@@ -199,13 +199,13 @@ def run_sweep(
     dirs: list[str],
     out: Path,
     overrides: list[str],
-    kind: str = "train",
+    mode: str = "train",
 ) -> int:
     """``train.py -m`` (or the init probe's) in a subprocess, with a progress bar; its exit code.
 
     A run counts as done once it completed or diverged, or once its summary.json is rewritten:
     a failed or killed run from an earlier attempt runs again."""
-    cmd = [sys.executable, str(ROOT / ENTRIES[kind]), "-m", f"experiment={experiment}"]
+    cmd = [sys.executable, str(ROOT / ENTRIES[mode]), "-m", f"experiment={experiment}"]
     cmd += [f"hydra.sweep.dir={hydra_quoted(str(out))}", *overrides]
     before = run_states(out, dirs)
     done = {k for k, (status, _) in before.items() if status in FINISHED}

@@ -25,11 +25,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 
-from analysis.report import compare, markdown_table, table_cells, xy_figure
+from analysis.report import markdown_table, table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
+from runs.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The report, or ``error: <one line>`` and exit status 1 for bad input."""
+    try:
+        return report_command(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+
+
+def report_command(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="a Hydra multirun dir, or any dir of runs")
     parser.add_argument(
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "--y", default="best_val_loss", help="run results (comma list), e.g. best_val_loss"
     )
     args = parser.parse_args(argv)
-    report = compare(args.sweep_dir, args.out, plots=not args.no_plots, logy=args.logy)
+    report = write_report(args.sweep_dir, args.out, plots=not args.no_plots, logy=args.logy)
     out_dir = args.out or args.sweep_dir / "report"
     print(markdown_table(report) if report["variants"] else "no runs found")
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")

@@ -53,7 +53,7 @@ def probe(cfg: DictConfig) -> dict:
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
     with Attempt(cfg) as this:
-        if this.finished is None:
+        if this.done_before is None:
             set_threads(cfg.num_threads)
             L.seed_everything(cfg.seed, workers=True, verbose=False)
             result = probe(cfg)
@@ -63,7 +63,7 @@ def main(cfg: DictConfig) -> dict:
             placements = ",".join(result["placements"])
             this.record.results.update(result, steps=0, placement=placements)
             this.record.complete()
-    return job_outcome(this.summary, skipped=this.finished is not None)
+    return job_outcome(this.summary, skipped=this.done_before is not None)
 
 
 if __name__ == "__main__":

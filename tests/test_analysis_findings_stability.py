@@ -231,7 +231,7 @@ def test_report_draws_heat_maps_and_tabulates_probe_scalars(tmp_path: Path) -> N
         summary = {"status": "completed", "model": "gpt", "placement": "pre", "seed": seed}
         summary.update(norm="layernorm", n_layer=2, n_embd=8, lr=1e-3, warmup_steps=0)
         (run / "summary.json").write_text(json.dumps({**summary, "loss_spikes": spikes}))
-    report = reporting.compare(sweep)
+    report = reporting.write_report(sweep)
     (row,) = report["variants"]
     assert row["loss_spikes"]["values"] == [1, 3]  # from summary.json
     assert row["final_sharpness"]["mean"] == 50.0  # the last sharpness/hessian, mean over seeds

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,7 @@ def variant(report: dict, placement: str, n_layer: int) -> dict:
 
 
 def test_table_values_match_hand_computed_means(sweep: Path) -> None:
-    report = reporting.compare(sweep)
+    report = reporting.write_report(sweep)
     assert report["variant_fields"] == ["placement", "n_layer"]  # not the seed-bearing name
     assert report["n_runs"] == 10
     assert len(report["variants"]) == 4
@@ -153,7 +154,7 @@ def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
         return real_save(fig, out_dir, name)
 
     monkeypatch.setattr(xy, "save", keep)
-    report = reporting.compare(sweep)
+    report = reporting.write_report(sweep)
     post4 = variant(report, "post", 4)
     assert post4["status_counts"] == {"completed": 1, "diverged": 1}
     assert post4["diverged_at_steps"] == [30]
@@ -174,7 +175,7 @@ def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
 
 
 def test_plots_are_valid_pngs_and_json_is_strict(sweep: Path) -> None:
-    report = reporting.compare(sweep)
+    report = reporting.write_report(sweep)
     out = sweep / "report"
     expected = {
         "loss_curves.png",
@@ -221,10 +222,13 @@ def test_the_wandb_group_is_the_sweep_not_the_experiment(tmp_path: Path) -> None
         hydra = run / ".hydra/hydra.yaml"
         hydra.write_text(hydra.read_text().replace("experiment: null", "experiment: f3_depth"))
         write_summary(run, "post", 2, seed)
-    assert reporting.compare(sweep, plots=False)["wandb_groups"] == ["sweep-multirun-f3"]
+    assert reporting.write_report(sweep, plots=False)["wandb_groups"] == ["sweep-multirun-f3"]
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({**summary, "wandb_group": "mine"}))
-    assert reporting.compare(sweep, plots=False)["wandb_groups"] == ["sweep-multirun-f3", "mine"]
+    assert reporting.write_report(sweep, plots=False)["wandb_groups"] == [
+        "sweep-multirun-f3",
+        "mine",
+    ]
 
 
 def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, capsys, monkeypatch):
@@ -272,7 +276,7 @@ def test_explicit_group_and_probe_json(tmp_path: Path) -> None:
         for s in (0, 1)
     ]
     (tmp_path / "probe.json").write_text(json.dumps({"model": "gpt", "runs": records}))
-    report = reporting.compare(tmp_path)
+    report = reporting.write_report(tmp_path)
     assert report["wandb_groups"] == ["depth_stability"]
     assert report["wandb_sync"] is None
     assert report["variants"][0]["status_counts"] == {"unfinished": 2}
@@ -308,7 +312,7 @@ def test_vit_rows_show_accuracy_and_samples_per_s(tmp_path: Path) -> None:
         summary = {"status": "completed", "model": "vit", "placement": "pre", "seed": seed,
                    "best_val_acc": acc, "samples_per_s": 300.0 + 2 * seed}  # fmt: skip
         (run / "summary.json").write_text(json.dumps(summary))
-    report = reporting.compare(tmp_path, plots=False)
+    report = reporting.write_report(tmp_path, plots=False)
     (row,) = report["variants"]
     assert row["best_val_acc"]["mean"] == pytest.approx(0.85)
     assert row["throughput_unit"] == "samples_per_s"
@@ -316,9 +320,9 @@ def test_vit_rows_show_accuracy_and_samples_per_s(tmp_path: Path) -> None:
     assert "best val acc" in table and "0.850 ± 0.071" in table and "301 samples/s" in table
 
 
-def test_empty_dir_fails_with_one_line(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="no runs under .*pass a sweep dir"):
-        compare.main([str(tmp_path)])
+def test_empty_dir_fails_with_one_line(tmp_path: Path, capsys) -> None:
+    assert compare.main([str(tmp_path)]) == 1
+    assert re.match(r"error: no runs under .*pass a sweep dir", capsys.readouterr().err)
 
 
 def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
@@ -343,7 +347,7 @@ def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
         "runs": runs,
     }
     (tmp_path / "probe.json").write_text(json.dumps(data))
-    report = reporting.compare(tmp_path)
+    report = reporting.write_report(tmp_path)
     assert report["n_runs"] == 0 and len(report["init_probe"]) == 4
     (pre4,) = [
         p

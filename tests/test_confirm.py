@@ -96,7 +96,7 @@ def test_reproduce_launches_fresh_seeds_at_each_variants_best_lr(tmp_path, monke
         write_run(out, name, int(o["seed"]), o["norm"], float(o["optim.lr"]), loss)
     launched = []
 
-    def train(experiment, jobs, dirs, sweep_out, overrides, kind="train"):
+    def train(experiment, jobs, dirs, sweep_out, overrides, mode="train"):
         launched.append(overrides)
         for job, name in zip(jobs, dirs, strict=True):
             o = dict(item.split("=", 1) for item in job)

@@ -15,7 +15,7 @@ import pytest
 from analysis.findings import decide_finding
 from analysis.findings.common import variant
 from analysis.findings.settings import ReproduceConfig
-from analysis.report import compare
+from analysis.report import write_report
 from experiments import reproduce
 from tests.reports import by_id, row
 
@@ -55,7 +55,7 @@ def test_a_copy_or_a_rerun_of_a_seed_counts_once(tmp_path: Path) -> None:
     rerun = run_dir(sweep, "model.n_head=4,seed=0", 0, 2.0)  # extended by a restated default
     os.utime(rerun / "summary.json", (2e9, 2e9))  # it ran after the sweep's own
     shutil.copytree(sweep / "seed=1", sweep / "backup" / "seed=1")  # a backup inside the sweep
-    report = compare(sweep, plots=False)
+    report = write_report(sweep, plots=False)
     (only,) = report["variants"]
     assert [r["seed"] for r in only["runs"]] == [0, 1] and only["best_val_loss"]["n"] == 2
     left = "\n".join(report["left_out"])
@@ -70,7 +70,7 @@ def test_a_run_with_other_settings_is_a_variant_of_its_own_never_another_seed(tm
     run_dir(sweep, "seed=1", 1, 2.2)
     run_dir(sweep, "seed=2", 2, 1.1, **{"trainer.max_steps": 300})
     run_dir(sweep, "seed=3", 3, 2.1, **{"data.batch_size": 64})
-    report = compare(sweep, plots=False)
+    report = write_report(sweep, plots=False)
     assert "trainer.max_steps" in report["variant_fields"]
     assert "data.batch_size" in report["variant_fields"]
     seeds = sorted(tuple(r["seed"] for r in v["runs"]) for v in report["variants"])
@@ -84,7 +84,7 @@ def test_a_variant_whose_runs_ran_different_code_says_so(tmp_path: Path) -> None
     sweep = tmp_path / "sweep"
     run_dir(sweep, "seed=0", 0, 2.0, code="aaa")
     run_dir(sweep, "seed=1", 1, 2.2, code="bbb")
-    report = compare(sweep, plots=False)
+    report = write_report(sweep, plots=False)
     assert len(report["variants"]) == 1 and len(report["variants"][0]["runs"]) == 2
     assert any("ran different code (code_version aaa, bbb)" in w for w in report["warnings"])
 
@@ -154,7 +154,7 @@ def test_a_group_name_cannot_break_report_md(tmp_path: Path) -> None:
         summary = json.loads((run / "summary.json").read_text())
         summary["wandb_group"] = "g`x\n# injected <b>bold</b> | cell"
         (run / "summary.json").write_text(json.dumps(summary))
-    compare(sweep, plots=False)
+    write_report(sweep, plots=False)
     text = (sweep / "report" / "report.md").read_text()
     assert "\n# injected" not in text and "``g`x # injected <b>bold</b> | cell``" in text
 
@@ -213,5 +213,5 @@ def test_a_finished_repeat_of_a_seed_is_kept_over_a_failed_one(tmp_path: Path) -
     summary = json.loads((failed / "summary.json").read_text())
     (failed / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
     run_dir(sweep, "rerun,seed=0", 0, 2.1)
-    (only,) = compare(sweep, plots=False)["variants"]
+    (only,) = write_report(sweep, plots=False)["variants"]
     assert [(r["seed"], r["status"]) for r in only["runs"]] == [(0, "completed")]

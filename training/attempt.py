@@ -111,7 +111,7 @@ CKPT_FIX = (
 # --- what a run dir holds, and what to do with it -------------------------------------------
 @dataclass
 class Plan:
-    finished: dict | None = None  # a finished run's summary: skip
+    done_before: dict | None = None  # the summary of a run that finished before: skip
     ckpt_path: Path | None = None  # continue from this checkpoint
     ckpt: dict | None = None  # its contents (read up front: a bad file fails in seconds)
     set_aside: bool = False  # move the dir's previous attempt aside before starting
@@ -134,7 +134,7 @@ def plan(run_dir: Path, resume: bool, ckpt_path: str | None, config: dict) -> Pl
     if finished(summary):
         where = f"{run_dir} (a {summary['status']} run)"
         check_same_config(where, summary.get("run_config"), config, RERUN_FIX)
-        return Plan(finished=summary)
+        return Plan(done_before=summary)
     if not own.is_file():
         return Plan()
     ckpt = read_checkpoint(own)
@@ -228,7 +228,7 @@ class Attempt:
     """This process's attempt at the run ``cfg`` describes (see the module docstring):
 
         with Attempt(cfg) as run:              # config checked, dir locked, plan made
-            if run.finished is None:           # else skipped: run.finished is its summary
+            if run.done_before is None:        # else skipped: done_before is its summary
                 ...                            # train, reporting to run.record
         # leaving: the outcome (failed with the error, interrupted on a signal) goes into
         # summary.json (rank zero) and the dir is released
@@ -258,8 +258,8 @@ class Attempt:
         except BaseException:
             self._signals.close()
             raise
-        if self.finished is not None:
-            status = self.finished["status"]
+        if self.done_before is not None:
+            status = self.done_before["status"]
             print(f"skip {self.run_dir}: already {status} (resume=false reruns it)")
         return self
 
@@ -286,7 +286,7 @@ class Attempt:
                 raise ConfigError(str(err)) from err
             results = initial_results(self.cfg, self.run_dir)
             self.record.results = {**results, "run_config": self.settings}
-            if self.plan.finished is None and self.rank_zero:
+            if self.plan.done_before is None and self.rank_zero:
                 if self.plan.set_aside:
                     set_aside(self.run_dir)
                 write_hydra_files(self.run_dir, self.cfg)
@@ -295,14 +295,14 @@ class Attempt:
             raise
 
     @property
-    def finished(self) -> dict | None:
-        """A finished run's summary, when this attempt skips it."""
-        return self.plan.finished
+    def done_before(self) -> dict | None:
+        """The summary of a run that finished before this attempt, which then skips it."""
+        return self.plan.done_before
 
     @property
     def summary(self) -> dict:
         """What the run dir's summary.json holds (or will hold) after this attempt."""
-        return self.finished if self.finished is not None else self.record.summary()
+        return self.done_before if self.done_before is not None else self.record.summary()
 
     def admit(self, task: Any, inputs: dict[str, str | None]) -> None:
         """Check what the build made against the checkpoint this attempt continues, and record
@@ -332,7 +332,7 @@ class Attempt:
     def close(self, error: BaseException | None = None) -> None:
         """Record the outcome in summary.json (rank zero) and release the dir."""
         try:
-            if self.finished is not None:
+            if self.done_before is not None:
                 return
             if isinstance(error, Interrupted):  # data preparation, the final validation, ...
                 self.record.interrupt(error.signum)

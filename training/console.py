@@ -39,7 +39,7 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
     start = f", resuming at step {resumed}" if resumed else ""
     cfg = model.cfg
     return (
-        f"{run.name}: {run.kind} {cfg.placement.name}/{cfg.norm.name} "
+        f"{run.name}: {run.model_name} {cfg.placement.name}/{cfg.norm.name} "
         f"L{cfg.n_layer} d{cfg.n_embd}, {params(model.num_params())} params, "
         f"{per_step:,} {unit}/step, {run.max_steps} steps, "
         f"{run.trainer.accelerator} {run.trainer.precision}, {torch.get_num_threads()} threads"

@@ -192,7 +192,7 @@ def build_wandb(
     config.pop("hydra", None)
     config["experiment"] = experiment
     config["group"] = group  # the group the run is filed under, as wandb shows it
-    tags = [run.placement.name, run.norm.name, run.kind, f"L{run.model.n_layer}"]
+    tags = [run.placement.name, run.norm.name, run.model_name, f"L{run.model.n_layer}"]
     tags += [f"experiment:{experiment}"] if experiment else []
     logger = WandbLogger(
         name=run.name,

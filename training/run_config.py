@@ -71,7 +71,7 @@ class RunConfig:
 
     name: str
     seed: int
-    kind: str  # model.name
+    model_name: str  # model.name: gpt | vit
     spec: ModelSpec  # its spec
     data: TextDataConfig | ImageDataConfig  # the kind's data config
     batch_size: int
@@ -142,7 +142,7 @@ def read_tree(cfg: DictConfig) -> RunConfig:
     return RunConfig(
         name=str(cfg.name),
         seed=cfg.seed,
-        kind=str(cfg.model.name),
+        model_name=str(cfg.model.name),
         spec=spec,
         data=node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size")),
         batch_size=cfg.data.batch_size,

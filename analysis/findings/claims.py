@@ -93,7 +93,7 @@ class Finding:
     experiment: str  # conf/experiment/<experiment>.yaml; the GPU size is <experiment>_gpu
     title: str
     claims: tuple[Claim, ...]
-    kind: str = "train"  # the mode its runs use: train | init_probe
+    mode: str = "train"  # how its runs run: train | init_probe
     plots: tuple[str, ...] = ("loss_curves.png",)  # the report's key figures (for --publish)
     figures: tuple[Figure, ...] = ()  # swept key vs results, drawn into the report as well
     # Other figures a finding needs, each drawn from the sweep dir into its report/.

@@ -182,7 +182,7 @@ def at_best_lr(report: dict, rows: list[dict], params: dict[str, Any]) -> dict:
     if not confirm:
         return best
     fresh = seed_subset(row, confirm, True)
-    chosen["confirm_seeds"] = len(finished(fresh))
+    chosen["confirm_seeds"] = len(finished_runs(fresh))
     if chosen["confirm_seeds"] < MIN_SEEDS:
         raise NoData(
             f"{row['label']}: {chosen['confirm_seeds']} confirming runs at its best lr "
@@ -276,7 +276,7 @@ def note_lrs(verdict: Verdict, chosen: dict[str, dict], fixed: dict | None = Non
     return verdict
 
 
-def finished(row: dict) -> list[dict]:
+def finished_runs(row: dict) -> list[dict]:
     """The runs a verdict may use: those that completed or diverged."""
     return [r for r in row["runs"] if r["status"] in FINISHED]
 
@@ -300,7 +300,7 @@ def scores(row: dict, metric: str = "best_val_loss") -> list[float]:
     """Per finished run: its metric, +inf when it diverged; other runs left out, and so is a
     completed run without the metric (no validation ran: no data, never a divergence)."""
     out = []
-    for run in finished(row):
+    for run in finished_runs(row):
         if run["status"] != "completed":
             out.append(math.inf)
         elif scored(run, metric):
@@ -316,7 +316,7 @@ def per_seed(row: dict, measure: RunMeasure, what: str) -> list[float]:
     left out); NO DATA under MIN_SEEDS values."""
     found = [
         x
-        for r in finished(row)
+        for r in finished_runs(row)
         if (x := measure(r, int(row["params"].get("n_layer") or 0))) is not None
     ]
     if len(found) < MIN_SEEDS:

@@ -19,7 +19,7 @@ from analysis.findings.common import (
     decide_all,
     decide_interval,
     diff,
-    finished,
+    finished_runs,
     mean_score,
     measure,
     scores,
@@ -125,7 +125,7 @@ def early_update(row: dict, max_steps: int) -> list[float]:
     """Each finished run's mean update/model over the logged steps 0 < s <= EARLY_FRACTION *
     max_steps (step 0 is the reference itself), one value a seed."""
     means = []
-    for run in finished(row):
+    for run in finished_runs(row):
         series = run_series(run["run_dir"], names.UPDATE)
         early = [y for s, y in series if 0 < s <= EARLY_FRACTION * max_steps]
         if early:

@@ -19,7 +19,7 @@ from analysis.findings.common import (
     Verdict,
     decide_all,
     decide_interval,
-    finished,
+    finished_runs,
     measure,
     too_few,
     untestable,
@@ -53,7 +53,7 @@ def peaks(row: dict) -> list[float]:
     """Each finished run's largest logged attn/max_logit, one value a seed."""
     found = [
         max(y for _, y in s)
-        for r in finished(row)
+        for r in finished_runs(row)
         if (s := run_series(r["run_dir"], names.MAX_LOGIT))
     ]
     if len(found) < MIN_SEEDS:
@@ -78,7 +78,7 @@ def lr_losses(report: dict, qk: bool, z: float = 0.0) -> dict[float, dict[Any, f
     firsts = {
         id(r): s[0][1]
         for row in rows.values()
-        for r in finished(row)
+        for r in finished_runs(row)
         if (s := run_series(r["run_dir"], "train/loss"))
     }
     if not firsts:
@@ -86,7 +86,9 @@ def lr_losses(report: dict, qk: bool, z: float = 0.0) -> dict[float, dict[Any, f
     l0 = statistics.fmean(firsts.values())
     out = {}
     for lr, row in rows.items():
-        out[lr] = {r["seed"]: capped(final_loss(r), l0) for r in finished(row) if id(r) in firsts}
+        out[lr] = {
+            r["seed"]: capped(final_loss(r), l0) for r in finished_runs(row) if id(r) in firsts
+        }
         if len(out[lr]) < MIN_SEEDS:
             raise too_few(row, len(out[lr]), "finished runs with a logged loss")
     return out

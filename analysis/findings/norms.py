@@ -14,7 +14,7 @@ from analysis.findings.common import (
     Verdict,
     decide_all,
     diff,
-    finished,
+    finished_runs,
     mean_score,
     measure,
     too_few,
@@ -61,7 +61,7 @@ def accs(row: dict) -> list[float]:
         float(r["best_val_acc"])
         if r["status"] == "completed" and isinstance(r.get("best_val_acc"), int | float)
         else 0.0
-        for r in finished(row)
+        for r in finished_runs(row)
     ]
     if len(found) < MIN_SEEDS:
         raise too_few(row, len(found))

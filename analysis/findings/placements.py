@@ -22,7 +22,7 @@ from analysis.findings.common import (
     decide_all,
     decide_interval,
     diff,
-    finished,
+    finished_runs,
     mean_score,
     measure,
     too_few,
@@ -53,7 +53,7 @@ def profiled(report: dict, placement: str) -> tuple[list[dict[str, float]], int]
     if depth is None or depth < 4:
         raise NoData(f"deepest depth {depth}: need >= 4 blocks to compare halves")
     row = variant(report, placement=placement, n_layer=depth)
-    runs = [r for r in finished(row) if r["status"] == "completed"]
+    runs = [r for r in finished_runs(row) if r["status"] == "completed"]
     found = [halves(p) for p in (last_profile(r["run_dir"], depth) for r in runs) if p]
     if len(found) < MIN_SEEDS:
         raise too_few(row, len(found), "completed runs with block_cos and act_norm logged")

@@ -112,7 +112,7 @@ TRAINED: dict[str, Finding] = {
                 margins={"grow_ratio": GROW_RATIO},
             ),
         ),
-        kind="init_probe",
+        mode="init_probe",
         plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"),
     ),
     "f2": Finding(

@@ -196,7 +196,7 @@ def test_a_sweep_rerun_and_extended_by_a_seed_stays_one_wandb_group(tmp_path, ti
     """Run a 2-seed sweep with wandb, run it again, extend it to 3 seeds: the finished runs are
     skipped, every run is in the sweep's wandb group with one job type for all seeds (so the UI
     averages them), and the report has one variant of three seeds and its curves."""
-    from scripts.compare import compare
+    from analysis.report import write_report
 
     sweep = ["-m", *[o for o in tiny_run if not o.startswith("logger=")], "logger=many"]
     sweep += [f"hydra.sweep.dir={tmp_path}"]
@@ -214,7 +214,7 @@ def test_a_sweep_rerun_and_extended_by_a_seed_stays_one_wandb_group(tmp_path, ti
         assert group.encode() in data and b"gpt-pre-layernorm-L1-lr0.005" in data  # job type
     summaries = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
     assert {s["wandb_group"] for s in summaries} == {group}
-    report = compare(tmp_path)
+    report = write_report(tmp_path)
     (variant,) = report["variants"]
     assert variant["seeds"] == [0, 1, 2] and report["wandb_groups"] == [group]
     assert "loss_curves.png" in report["plots"]
@@ -377,7 +377,7 @@ def test_bad_input_on_the_command_line_prints_one_line(tmp_path):
 @pytest.mark.slow  # 35 s, three sweeps; fast versions: a failed job's summary (test_train.py),
 # skip and resume=false (test_rerun_skips_a_finished_run...), the status line (test_sweep_dirs.py)
 def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, tiny_run):
-    from scripts.compare import compare
+    from analysis.report import write_report
 
     sweep = ["-m", *tiny_run, "model.n_head=3,2", "optim.lr=0.002", f"hydra.sweep.dir={tmp_path}"]
     proc = python(*sweep)
@@ -413,7 +413,7 @@ def test_a_failed_job_does_not_stop_the_sweep_and_a_rerun_resumes_it(tmp_path, t
     assert (tmp_path / names[0] / ".hydra" / "config.yaml").read_text() == config
     assert json.loads((tmp_path / names[0] / "summary.json").read_text()) == done
 
-    report = compare(tmp_path, plots=False)
+    report = write_report(tmp_path, plots=False)
     records = [r for v in report["variants"] for r in v["runs"]]
     assert sorted(r["status"] for r in records) == ["completed"] * 2 + ["failed"] * 2
     assert any("n_head=3" in r.get("error", "") for r in records)
