@@ -38,10 +38,12 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
     resumed = summary.get("resumed_from_step")
     start = f", resuming at step {resumed}" if resumed else ""
     cfg = model.cfg
+    qk = " +qk-norm" if cfg.qk_norm else ""  # said: it changes what "pre" or "post" trains
+    threads = torch.get_num_threads()
     return (
-        f"{run.name}: {run.model_name} {cfg.placement.name}/{cfg.norm.name} "
+        f"{run.name}: {run.model_name} {cfg.placement.name}/{cfg.norm.name}{qk} "
         f"L{cfg.n_layer} d{cfg.n_embd}, {params(model.num_params())} params, "
         f"{per_step:,} {unit}/step, {run.max_steps} steps, "
-        f"{run.trainer.accelerator} {run.trainer.precision}, {torch.get_num_threads()} threads"
-        f"{start}"
+        f"{run.trainer.accelerator} {run.trainer.precision}, {threads} "
+        f"thread{'s' * (threads != 1)}{start}"
     )

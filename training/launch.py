@@ -31,6 +31,7 @@ from typing import Any
 
 from omegaconf import OmegaConf, read_write
 
+from runs.checks import closest
 from runs.jobs import job_dir, path_safe
 from runs.schema import ROOT
 from training.errors import SWEEP_GONE, in_multirun
@@ -88,8 +89,9 @@ def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
         options = group_options(group, conf)
         for value in values:
             if value not in options and value != "null":
+                near = closest(value, options).replace("(did you mean ", f"(did you mean {group}=")
                 raise ChoiceError(
-                    f"unknown {group} '{value}'; choose one of: {', '.join(options)} "
+                    f"unknown {group} '{value}'{near}; choose one of: {', '.join(options)} "
                     f"({group}=<name>)"
                 )
 
@@ -223,8 +225,6 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
     an unknown group option, or an unknown root key (with the closest valid one); and shell
     completion in the README's ``.venv/bin/python train.py`` form."""
-    from runs.checks import closest
-
     shell_completion(args)
     try:
         check_choices(args, conf)

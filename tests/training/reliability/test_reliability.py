@@ -353,11 +353,11 @@ def test_unknown_group_option_names_the_valid_ones(group):
 
 def test_bad_input_on_the_command_line_prints_one_line(tmp_path):
     start = time.monotonic()
-    proc = python("placement=prenorm", f"hydra.run.dir={tmp_path / 'a'}")
+    proc = python("placement=sandwhich", f"hydra.run.dir={tmp_path / 'a'}")
     name_s = time.monotonic() - start
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown placement 'prenorm'; choose one of: "
+        "error: unknown placement 'sandwhich' (did you mean placement=sandwich?); choose one of: "
         f"{', '.join(group_options('placement'))} (placement=<name>)"
     ]
     assert not (tmp_path / "a").exists()
