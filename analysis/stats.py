@@ -19,6 +19,13 @@ and INCONCLUSIVE when the interval straddles the boundary: the noise of these se
 An INCONCLUSIVE verdict says how many seeds per arm the observed spread would need for the
 interval's half-width to clear the boundary from the observed effect.
 
+Whether a run trains, stalls or diverges is an outcome, not a measurement: its rate over the
+runs gets an exact (Clopper-Pearson) interval and two arms' rates an exact (Fisher) test. Arms
+that share init and batch order at each seed (tests/test_pairing.py) are compared paired: the
+t interval of the per-seed differences. Within a finding, one-sided p-values against each
+claim's margin are Holm-adjusted; a ranking comes from pairwise Welch tests, Holm-adjusted
+(``rank_by_tests``), never from overlapping intervals.
+
 A diverged run scores +inf (worse than any run that trained): an arm with one is +inf, and an
 effect between an infinite and a finite arm is decided without an interval (the diverged arm is
 worse, whatever the seeds of the other do); two arms that both diverged somewhere cannot be
@@ -27,11 +34,14 @@ compared and are INCONCLUSIVE.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy.stats import beta as beta_dist
+from scipy.stats import fisher_exact
 from scipy.stats import t as student_t
 
 LEVEL = 0.95
@@ -47,6 +57,7 @@ class Interval:
     sd: tuple[float, ...]  # each arm's sample sd (nan for one seed); of the logs on a log scale
     method: str
     scale: str = "linear"  # "log": effect, lo and hi are exp() of an interval on the logs
+    df: float = math.nan  # the t interval's degrees of freedom (nan: not a t interval)
 
     def text(self, digits: int = 3) -> str:
         if math.isinf(self.effect) or math.isnan(self.effect):
@@ -76,7 +87,7 @@ def mean_interval(xs: Sequence[float]) -> Interval:
     if len(xs) < 2:
         raise ValueError("an interval needs >= 2 seeds")
     m = statistics.fmean(xs)
-    return Interval(m, *interval_from(m, s[0], len(xs)), n, s, "t over seeds")
+    return Interval(m, *interval_from(m, s[0], len(xs)), n, s, "t over seeds", df=len(xs) - 1)
 
 
 def interval_from(mean: float, sd: float | None, n: int) -> tuple[float, float]:
@@ -135,7 +146,7 @@ def contrast_interval(arms: Sequence[Sequence[float]], weights: Sequence[float])
     )
     effect = sum(w * statistics.fmean(arm) for arm, w in zip(arms, weights, strict=True))
     half = t_quantile(df) * math.sqrt(se2)
-    return Interval(effect, effect - half, effect + half, n, sds, "Welch t over seeds")
+    return Interval(effect, effect - half, effect + half, n, sds, "Welch t over seeds", df=df)
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float] | None = None) -> Interval:
@@ -148,7 +159,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float] | None = None) -> Inte
     logs_a = [math.log(x) for x in a]
     ci = mean_interval(logs_a) if b is None else diff_interval(logs_a, [math.log(x) for x in b])
     return Interval(math.exp(ci.effect), math.exp(ci.lo), math.exp(ci.hi), ci.n, ci.sd,
-                    f"{ci.method}, on logs", "log")  # fmt: skip
+                    f"{ci.method}, on logs", "log", ci.df)  # fmt: skip
 
 
 def outcome(ci: Interval, margin: float, side: str) -> str:
@@ -190,3 +201,94 @@ def seeds_needed(ci: Interval, margin: float, side: str, most: int = 1000) -> in
         if half < distance:
             return n
     return None
+
+
+# --- paired arms -------------------------------------------------------------------------------
+def paired_interval(a: dict[int, float], b: dict[int, float]) -> Interval:
+    """The t interval of the mean per-seed difference a[seed] - b[seed], over the seeds both
+    arms ran (arms that share init and batch order at each seed); needs >= 2 such seeds."""
+    seeds = sorted(set(a) & set(b))
+    diffs = [float(a[s]) - float(b[s]) for s in seeds]
+    if not all(math.isfinite(d) for d in diffs):
+        raise ValueError("a paired interval needs finite values in both arms")
+    ci = mean_interval(diffs)
+    return dataclasses.replace(ci, n=(len(seeds), len(seeds)), method="paired t over seeds")
+
+
+# --- rates: train / stall / diverge ------------------------------------------------------------
+def rate_interval(k: int, n: int) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a rate of k events in n runs, at LEVEL."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"a rate needs 0 <= k <= n and n >= 1, got {k} of {n}")
+    alpha = 1 - LEVEL
+    lo = 0.0 if k == 0 else float(beta_dist.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta_dist.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def rate_test(k1: int, n1: int, k2: int, n2: int, side: str) -> float:
+    """One-sided p of Fisher's exact test that arm 1's rate k1/n1 is above (``side="above"``)
+    or below (``"below"``) arm 2's k2/n2."""
+    if side not in ("above", "below"):
+        raise ValueError(f"side {side!r}: choose above or below")
+    table = [[k1, n1 - k1], [k2, n2 - k2]]
+    return float(fisher_exact(table, alternative="greater" if side == "above" else "less")[1])
+
+
+# --- multiplicity ------------------------------------------------------------------------------
+def one_sided_p(ci: Interval, margin: float, side: str) -> float:
+    """The p-value of the claim's own test: that the effect lies beyond ``margin`` on its side
+    (above, below; within: both one-sided tests against -margin and +margin, the larger p),
+    from the t interval's effect, half-width and degrees of freedom. A 95% interval passes
+    exactly when this p is below 0.025."""
+    if side not in SIDES:
+        raise ValueError(f"side {side!r}: choose one of {', '.join(SIDES)}")
+    if not math.isfinite(ci.df) or not math.isfinite(ci.lo) or not math.isfinite(ci.hi):
+        raise ValueError(f"one_sided_p needs a t interval, got {ci.method}")
+    effect, lo, hi, boundary = ci.effect, ci.lo, ci.hi, margin
+    if ci.scale == "log":  # the t interval lives on the logs
+        effect, lo, hi = math.log(effect), math.log(lo), math.log(hi)
+        boundary = math.log(margin)
+    se = (hi - lo) / (2 * t_quantile(ci.df))
+    if se == 0:
+        gap = {"above": effect - boundary, "below": boundary - effect}.get(side)
+        gap = gap if gap is not None else boundary - abs(effect)
+        return 0.0 if gap > 0 else 1.0
+    if side == "above":
+        return float(student_t.sf((effect - boundary) / se, ci.df))
+    if side == "below":
+        return float(student_t.cdf((effect - boundary) / se, ci.df))
+    low = student_t.sf((effect + boundary) / se, ci.df)
+    high = student_t.cdf((effect - boundary) / se, ci.df)
+    return float(max(low, high))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the input's order: the i-th smallest
+    times (m - i), made monotone, capped at 1."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [1.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def rank_by_tests(arms: dict[str, Sequence[float]], alpha: float = 1 - LEVEL) -> dict[str, int]:
+    """Ranks from pairwise two-sided Welch tests, Holm-adjusted over every pair: an arm's rank
+    is 1 + the number of arms whose mean is lower and significantly so (lower is better). Arms
+    no test separates share ranks; overlapping intervals alone never tie two arms that a test
+    separates."""
+    names = list(arms)
+    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1 :]]
+    pvals = []
+    for x, y in pairs:
+        ci = diff_interval(arms[x], arms[y])
+        se = (ci.hi - ci.lo) / (2 * t_quantile(ci.df))
+        pvals.append(0.0 if se == 0 else float(2 * student_t.sf(abs(ci.effect) / se, ci.df)))
+    beaten = dict.fromkeys(names, 0)
+    for (x, y), p in zip(pairs, holm(pvals), strict=True):
+        if p < alpha:
+            loser = x if statistics.fmean(arms[x]) > statistics.fmean(arms[y]) else y
+            beaten[loser] += 1
+    return {name: 1 + beaten[name] for name in names}
