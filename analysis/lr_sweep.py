@@ -120,12 +120,11 @@ def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def assign_ranks(entries: list[dict[str, Any]]) -> None:
-    """Each entry's ``rank`` in tie groups: variants whose 95% intervals (t over the seeds at
-    their best lr) overlap the group leader's share its rank (analysis/stats.tie_ranks);
-    variants that did not train, or have no curve, get none."""
+    """Each entry's ``rank`` from tests: 1 + the number of variants significantly better at
+    their best lr (pairwise Welch tests over the seeds there, Holm-adjusted:
+    analysis/stats.rank_by_tests); variants that did not train, or have no curve, get none."""
     trained = [e for e in ranked(entries) if not e.get("did_not_train")]
-    spans = [stats.interval_from(*best_point(e)) for e in trained]
-    ranks = dict(zip(map(id, trained), stats.tie_ranks(spans), strict=True))
+    ranks = stats.rank_by_tests({id(e): best_point(e) for e in trained})
     for e in entries:
         e["rank"] = ranks.get(id(e))
 
@@ -188,15 +187,16 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "## Learning-rate sensitivity",
         "",
         "Final val loss against the learning rate, each variant at its own best lr; LR "
-        "sensitivity = mean over the swept lrs of min(l(lr), l0) - l* (Wortsman et al. 2023; "
-        "a diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest "
-        "or largest swept, so the grid may not hold the variant's best. `did not train`: every "
-        "run at the variant's best lr ended on the unigram (or chance) plateau, so its flat "
-        "curve measures nothing learned; such variants are listed last, unranked. `rank`: tie "
-        "groups, variants whose 95% intervals over seeds at their best lr overlap the group "
-        "leader's share its rank. LR sensitivity is taken over the rates every variant ran "
-        "(a widened variant's extra rates left out), so the variants share one grid. The "
-        "curve and the best lr come from the grid's seeds; where fresh seeds ran at the best "
+        "sensitivity = mean over the swept lrs of min(l(lr), l0) - l* (Wortsman et al. 2023; a "
+        "diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest or "
+        "largest swept, so the grid may not hold the variant's best. `did not train`: every run "
+        "at the variant's best lr ended on the unigram (or chance) plateau, so its flat curve "
+        "measures nothing learned; such variants are listed last, unranked. `rank`: 1 + the "
+        "number of variants significantly better at their best lr (pairwise Welch tests over the "
+        "seeds there, Holm-adjusted at 5%); variants no test separates share a rank. LR "
+        "sensitivity is taken over the rates every variant ran (a widened variant's extra rates "
+        "left out), so the variants share one grid. The curve and the best lr come from the "
+        "grid's seeds; where fresh seeds ran at the best "
         "lr (`fresh seeds`), the loss, its interval and the rank are theirs.",
         "",
         "| rank | variant | lrs | best lr | final val loss at best lr (95% interval) | "

@@ -101,19 +101,6 @@ def interval_from(mean: float, sd: float | None, n: int) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def tie_ranks(intervals: Sequence[tuple[float, float]]) -> list[int]:
-    """Ranks for entries sorted best (lowest) first, as tie groups: an entry whose interval
-    overlaps its group's leader's shares the leader's rank; the first that does not starts the
-    next group at its own position (1, 1, 3, ...)."""
-    ranks: list[int] = []
-    leader = None
-    for i, (lo, _) in enumerate(intervals):
-        if leader is None or lo > intervals[leader][1]:
-            leader = i
-        ranks.append(leader + 1)
-    return ranks
-
-
 def diff_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
     """Welch's interval of mean(a) - mean(b) (needs >= 2 seeds per arm)."""
     a, b = [float(x) for x in a], [float(x) for x in b]
@@ -274,21 +261,36 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def rank_by_tests(arms: dict[str, Sequence[float]], alpha: float = 1 - LEVEL) -> dict[str, int]:
-    """Ranks from pairwise two-sided Welch tests, Holm-adjusted over every pair: an arm's rank
-    is 1 + the number of arms whose mean is lower and significantly so (lower is better). Arms
-    no test separates share ranks; overlapping intervals alone never tie two arms that a test
-    separates."""
+def welch_p(a: tuple[float, float, int], b: tuple[float, float, int]) -> float:
+    """Two-sided p of Welch's test from each arm's (mean, sample sd, seeds); 1 when an arm has
+    fewer than 2 seeds or no finite sd (nothing to test)."""
+    (ma, sa, na), (mb, sb, nb) = a, b
+    if min(na, nb) < 2 or not all(map(math.isfinite, (ma, mb, sa, sb))):
+        return 1.0
+    va, vb = sa * sa / na, sb * sb / nb
+    if va + vb == 0:
+        return 1.0 if ma == mb else 0.0
+    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+    return float(2 * student_t.sf(abs(ma - mb) / math.sqrt(va + vb), df))
+
+
+def rank_by_tests(
+    arms: dict[str, tuple[float, float, int]], alpha: float = 1 - LEVEL
+) -> dict[str, int]:
+    """Ranks from pairwise two-sided Welch tests (``arms``: name -> (mean, sd, seeds)),
+    Holm-adjusted over every pair: an arm's rank is 1 + the number of arms whose mean is lower
+    and significantly so (lower is better). Arms no test separates share ranks; overlapping
+    intervals alone never tie two arms that a test separates."""
     names = list(arms)
     pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1 :]]
-    pvals = []
-    for x, y in pairs:
-        ci = diff_interval(arms[x], arms[y])
-        se = (ci.hi - ci.lo) / (2 * t_quantile(ci.df))
-        pvals.append(0.0 if se == 0 else float(2 * student_t.sf(abs(ci.effect) / se, ci.df)))
+    adjusted = holm([welch_p(arms[x], arms[y]) for x, y in pairs])
     beaten = dict.fromkeys(names, 0)
-    for (x, y), p in zip(pairs, holm(pvals), strict=True):
+    for (x, y), p in zip(pairs, adjusted, strict=True):
         if p < alpha:
-            loser = x if statistics.fmean(arms[x]) > statistics.fmean(arms[y]) else y
-            beaten[loser] += 1
+            beaten[x if arms[x][0] > arms[y][0] else y] += 1
     return {name: 1 + beaten[name] for name in names}
+
+
+def summary_of(xs: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, sample sd, seeds) of one arm's per-seed values, as rank_by_tests reads them."""
+    return statistics.fmean(xs), sd(xs), len(xs)
