@@ -69,9 +69,10 @@ def run_loss(run: Run, l0: float | None) -> float | None:
 
 def point(runs: list[Run], l0: float | None, lr: Any) -> dict[str, Any] | None:
     """The curve at one lr: the mean (and sd) of its runs' capped losses."""
-    losses = [x for r in runs if (x := run_loss(r, l0)) is not None]
-    if not losses:
+    scored = [(r, x) for r in runs if (x := run_loss(r, l0)) is not None]
+    if not scored:
         return None
+    losses = [x for _, x in scored]
     return {
         "lr": lr,
         "loss": statistics.fmean(losses),
@@ -79,6 +80,7 @@ def point(runs: list[Run], l0: float | None, lr: Any) -> dict[str, Any] | None:
         "n": len(losses),
         "diverged": sum(r.status == "diverged" for r in runs),
         "did_not_train": sum(r.did_not_train is not None for r in runs),
+        "by_seed": {str(r.seed): x for r, x in scored},  # each run's capped loss
     }
 
 
@@ -108,9 +110,67 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
         "best_lr": best["lr"],
         "best_val_loss": best["loss"],
         "lr_sensitivity": sensitivity({p["lr"]: p["loss"] for p in points}),
+        **stability_edge(points, best["lr"]),
         "edge": len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]),
         "did_not_train": best["did_not_train"] + best["diverged"] >= best["n"],
     }
+
+
+def trained_everywhere(p: dict[str, Any]) -> bool:
+    """Every run at this rate trained: none diverged, none ended on the plateau."""
+    return not p["diverged"] and not p["did_not_train"]
+
+
+def stability_edge(points: list[dict[str, Any]], best_lr: Any) -> dict[str, Any]:
+    """From the best rate upward: the largest rate at which every run trained
+    (``trains_up_to``) and the next, where some run diverged or stalled (``unstable_at``;
+    None when the grid never got there: its top rate still trains)."""
+    above = [p for p in points if sort_key(p["lr"]) >= sort_key(best_lr)]
+    up_to, unstable = None, None
+    for p in above:
+        if not trained_everywhere(p):
+            unstable = p["lr"]
+            break
+        up_to = p["lr"]
+    return {"trains_up_to": up_to, "unstable_at": unstable}
+
+
+def per_seed_sensitivity(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """LR sensitivity per seed (each seed's own curve over the rates it ran all of), its mean
+    and 95% t interval over those seeds; None with fewer than 2 such seeds or 2 rates."""
+    if not points or any("by_seed" not in p for p in points):
+        return None
+    seeds = set.intersection(*(set(p["by_seed"]) for p in points))
+    if len(seeds) < 2 or len(points) < 2:
+        return None
+    values = [sensitivity({p["lr"]: p["by_seed"][s] for p in points}) for s in sorted(seeds)]
+    ci = stats.mean_interval(values)
+    return {"mean": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": len(values)}
+
+
+def widen_advice(entries: list[dict[str, Any]]) -> list[str]:
+    """What the grid did not reach: no variant unstable at any rate (widen upward), or a
+    variant whose best rate is the grid's smallest (widen downward)."""
+    drawn = [e for e in entries if e["lrs"]]
+    if not drawn:
+        return []
+    out = []
+    top = max((x for e in drawn for x in e["lrs"]), key=sort_key)
+    if all(e.get("unstable_at") is None and not e.get("did_not_train") for e in drawn):
+        up = ",".join(f"{float(top) * f:g}" for f in (3, 10))
+        out.append(
+            f"No variant diverged or stalled at any rate up to {float(top):g}: the grid never "
+            f"reached instability, so it cannot tell the variants' stability apart; widen it "
+            f"upward (e.g. optim.lr={up})."
+        )
+    low = [e["label"] for e in drawn if e["edge"] and e.get("best_lr") == e["lrs"][0]]
+    if low:
+        bottom = float(min((x for e in drawn for x in e["lrs"]), key=sort_key))
+        out.append(
+            f"Best at the grid's smallest rate: {', '.join(low)}; widen it downward (e.g. "
+            f"optim.lr={bottom / 3:g},{bottom / 10:g})."
+        )
+    return out
 
 
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,8 +203,12 @@ def rank_text(entry: dict[str, Any]) -> str:
 def sensitivity_text(entry: dict[str, Any]) -> str:
     if entry.get("did_not_train"):
         return "did not train"
-    value = entry.get("lr_sensitivity")
-    return "–" if value is None else f"{value:.4f}"
+    value, per_seed = entry.get("lr_sensitivity"), entry.get("lr_sensitivity_per_seed")
+    if value is None:
+        return "–"
+    if not per_seed:
+        return f"{value:.4f}"
+    return f"{value:.4f} ({per_seed['mean']:.4f} [{per_seed['lo']:.4f}, {per_seed['hi']:.4f}])"
 
 
 def lr_sweep(variants: list[Variant], fields: list[str]) -> list[dict[str, Any]]:
@@ -177,6 +241,9 @@ def on_common_grid(entries: list[dict[str, Any]]) -> None:
         curve = {p["lr"]: p["loss"] for p in e["points"] if p["lr"] in common}
         e["sensitivity_lrs"] = sorted(common)
         e["lr_sensitivity"] = sensitivity(curve) if len(curve) > 1 else None
+        e["lr_sensitivity_per_seed"] = per_seed_sensitivity(
+            [p for p in e["points"] if p["lr"] in common]
+        )
 
 
 def markdown(entries: list[dict[str, Any]]) -> list[str]:
@@ -196,12 +263,15 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "seeds there, Holm-adjusted at 5%); variants no test separates share a rank. LR "
         "sensitivity is taken over the rates every variant ran (a widened variant's extra rates "
         "left out), so the variants share one grid. The curve and the best lr come from the "
-        "grid's seeds; where fresh seeds ran at the best "
-        "lr (`fresh seeds`), the loss, its interval and the rank are theirs.",
+        "grid's seeds; where fresh seeds ran at the best lr (`fresh seeds`), the loss, its "
+        "interval and the rank are theirs. `per seed`: each seed's own sensitivity over the "
+        "rates it ran, mean and 95% interval over those seeds. `trains up to`: from the best "
+        "rate upward, the largest at which every run trained; `unstable at`: the next, where a "
+        "run diverged or stalled (`–`: the grid's top rate still trains).",
         "",
         "| rank | variant | lrs | best lr | final val loss at best lr (95% interval) | "
-        "LR sensitivity | l0 | edge |",
-        "|---|---|---|---|---|---|---|---|",
+        "LR sensitivity (per seed) | trains up to | unstable at | l0 | edge |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in ranked(entries):
         lrs = ", ".join(f"{x:g}" for x in e["lrs"])
@@ -210,19 +280,35 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         lo, hi = stats.interval_from(mean, sd, n)
         span = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(hi - lo) else ""
         fresh = f", {n} fresh seeds" if "confirm" in e else ""
+        up_to, unstable = e.get("trains_up_to"), e.get("unstable_at")
         out.append(
             f"| {rank_text(e)} | {md_cell(e['label'])} | {lrs} | {e['best_lr']:g} | "
-            f"{mean:.4f}{span}{fresh} | {sensitivity_text(e)} | {l0} | "
+            f"{mean:.4f}{span}{fresh} | {sensitivity_text(e)} | "
+            f"{'–' if up_to is None else f'{up_to:g}'} | "
+            f"{'–' if unstable is None else f'{unstable:g}'} | {l0} | "
             f"{'yes' if e['edge'] else 'no'} |"
         )
-    return [*out, ""]
+    advice = widen_advice(entries)
+    return [*out, "", *(f"**{line}**" for line in advice), *([""] if advice else [])]
+
+
+def y_range(drawn: list[dict[str, Any]]) -> tuple[float, float]:
+    """The loss axis: the rates at which every run trained (± one std), padded, so 0.01-nat
+    differences near the best rates show; the rest (stalled, diverged) run off the top."""
+    trained = [p for e in drawn for p in e["points"] if trained_everywhere(p)]
+    spans = [(p["loss"] - (p["std"] or 0.0), p["loss"] + (p["std"] or 0.0)) for p in trained]
+    spans = spans or [(p["loss"], p["loss"]) for e in drawn for p in e["points"]]
+    low, high = min(lo for lo, _ in spans), max(hi for _, hi in spans)
+    pad = max(0.08 * (high - low), 0.01)
+    return low - pad, high + 2 * pad
 
 
 def plot(
     entries: list[dict[str, Any]], out_dir: Path, name: str = "lr_sensitivity.png"
 ) -> str | None:
-    """Final val loss against lr (log axis), one line per variant with a ± one std seed band;
-    diverged runs as x marks at l0 (dashed), the best lr of each variant circled."""
+    """Final val loss against lr (log axis), one line per variant with a ± one std seed band,
+    the best lr of each variant circled; the loss axis fits the rates where every run trained
+    (``y_range``), a rate with a diverged run marked x at its top edge."""
     from analysis.xy import LINESTYLES, colour_label, plt, save, variant_colors
 
     drawn = [e for e in entries if e["lrs"]]
@@ -253,18 +339,22 @@ def plot(
         faint = 0.45 if e.get("did_not_train") else 1.0
         ax.plot(xs, ys, marker="o", ls=depth_ls, color=color, lw=1.6, ms=4, label=tag, alpha=faint)
         ax.plot([e["best_lr"]], [e["best_val_loss"]], "o", mfc="none", mec=color, ms=11, mew=1.5)
-        for p in points:
-            if p["diverged"] and e["l0"] is not None:
-                ax.plot([p["lr"]], [e["l0"]], "x", color=color, ms=9, mew=2)
+    low, high = y_range(drawn)
+    for e in drawn:
+        color = colors[colour_label(e["variant"], fields)]
+        for p in e["points"]:  # at the top edge: the axis follows the runs that trained
+            if p["diverged"]:
+                ax.plot([p["lr"]], [high], "x", color=color, ms=9, mew=2, clip_on=False)
+    ax.set_ylim(low, high)
     l0s = [e["l0"] for e in drawn if e["l0"] is not None]
-    if l0s:
+    if l0s and statistics.fmean(l0s) < high:
         ax.axhline(statistics.fmean(l0s), color="gray", ls="--", lw=0.8, label="loss at init (l0)")
     ax.set_xscale("log")
     lrs = sorted({x for e in drawn for x in e["lrs"]})
     ax.set_xticks(lrs, [f"{x:g}" for x in lrs])
     ax.minorticks_off()
     ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final val loss (diverged = l0)")
+    ax.set_ylabel("final val loss (x at the top: a run diverged)")
     ax.set_title("final val loss vs learning rate (mean ± std over seeds)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return save(fig, out_dir, name)

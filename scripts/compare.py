@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 
+from analysis import lr_sweep
 from analysis.report import markdown_table, table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
 from runs.errors import ConfigError
@@ -57,7 +58,10 @@ def report_command(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     report = write_report(args.sweep_dir, args.out, plots=not args.no_plots, logy=args.logy)
     out_dir = args.out or args.sweep_dir / "report"
-    print(markdown_table(report) if report["variants"] else "no runs found")
+    if report["lr_sweep"]:  # the sweep's answer: the ranking at each variant's best rate
+        print("\n".join(lr_sweep.markdown(report["lr_sweep"])[4:]).strip())
+    else:
+        print(markdown_table(report) if report["variants"] else "no runs found")
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")
     if args.x:
         print(f"figure: {xy_figure(args.sweep_dir, args.x, args.y.split(','), out_dir)}")

@@ -4,9 +4,11 @@ and Wortsman et al.'s LR sensitivity, against hand-computed values."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
+from scipy import stats as sp
 
 from scripts import compare
 
@@ -60,6 +62,44 @@ def test_each_variant_gets_its_best_lr_and_lr_sensitivity(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Learning-rate sensitivity" in md and "| placement=pre | 0.001, 0.003" in md
     assert "lr_sensitivity.png" in report["plots"] and (out / "lr_sensitivity.png").is_file()
+
+
+def test_the_report_answers_with_stability_edges_and_a_sensitivity_interval(tmp_path, capsys):
+    root = write_sweep(tmp_path / "sweep")
+    out = tmp_path / "report"
+    assert compare.main([str(root), "--out", str(out), "--no-wandb", "--no-plots"]) == 0
+    by = {e["variant"]["placement"]: e for e in json.loads((out / "report.json").read_text())[
+        "lr_sweep"]}  # fmt: skip
+    # pre: every run trains from its best 3e-3 up to 1e-2; at 3e-2 one diverged
+    assert (by["pre"]["trains_up_to"], by["pre"]["unstable_at"]) == (1e-2, 3e-2)
+    # post: at 1e-2 both runs end at 5.0, above the loss at init: they did not train
+    assert (by["post"]["trains_up_to"], by["post"]["unstable_at"]) == (3e-3, 1e-2)
+    # per seed: seed 0 (2.0, 1.8, 1.9, l0=4.0) -> 0.625; seed 1 (2.2, 1.8, 2.1, 3.0) -> 0.475
+    per_seed = by["pre"]["lr_sensitivity_per_seed"]
+    half = sp.t.ppf(0.975, 1) * statistics.stdev([0.625, 0.475]) / 2**0.5
+    assert per_seed["mean"] == pytest.approx(0.55) and per_seed["n"] == 2
+    assert (per_seed["lo"], per_seed["hi"]) == pytest.approx((0.55 - half, 0.55 + half))
+    printed = capsys.readouterr().out  # stdout leads with the ranking, not the variant table
+    assert printed.startswith("| rank | variant |") and "| 1e-2 |" not in printed
+    assert "Best at the grid's smallest rate: placement=post" in printed
+    assert "widen it downward (e.g. optim.lr=0.000333333,0.0001)" in printed
+    assert "never reached instability" not in printed
+
+
+def test_a_grid_that_never_reached_instability_says_widen_upward() -> None:
+    from analysis import lr_sweep
+
+    def entry(name: str, unstable) -> dict:
+        return {"label": name, "lrs": [1e-3, 3e-3, 1e-2], "best_lr": 3e-3, "edge": False,
+                "unstable_at": unstable}  # fmt: skip
+
+    advice = lr_sweep.widen_advice([entry("pre", None), entry("peri", None)])
+    assert advice == [
+        "No variant diverged or stalled at any rate up to 0.01: the grid never reached "
+        "instability, so it cannot tell the variants' stability apart; widen it upward "
+        "(e.g. optim.lr=0.03,0.1)."
+    ]
+    assert lr_sweep.widen_advice([entry("pre", None), entry("post", 1e-2)]) == []
 
 
 def test_a_sweep_without_lrs_has_no_lr_section(tmp_path):
