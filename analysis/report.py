@@ -10,6 +10,7 @@ Unreadable files cost one warning line each, never the report.
 from __future__ import annotations
 
 import contextlib
+import glob as globlib
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -63,10 +64,15 @@ def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
         return None
     parts = [p.relative_to(sweep_dir).parts for p in dirs]
     if len({len(p) for p in parts}) > 1:
-        return str(sweep_dir / "**" / "wandb" / "offline-run-*")
-    glob = [c[0] if len(set(c)) == 1 else "*" for c in zip(*parts, strict=True)]
-    glob[-1] = "offline-run-*"
-    return str(sweep_dir.joinpath(*glob))
+        pattern = str(sweep_dir / "**" / "wandb" / "offline-run-*")
+    else:
+        glob = [c[0] if len(set(c)) == 1 else "*" for c in zip(*parts, strict=True)]
+        glob[-1] = "offline-run-*"
+        pattern = str(sweep_dir.joinpath(*glob))
+    matched = [Path(m) for m in globlib.glob(pattern, recursive=True)]
+    if skip is not None and any(m.is_relative_to(skip) for m in matched):
+        return " ".join(str(d) for d in sorted(dirs))  # the glob would take the report's run too
+    return pattern
 
 
 # --- report ------------------------------------------------------------------------------------

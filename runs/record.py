@@ -239,6 +239,9 @@ def result_line(summary: dict) -> str:
     mfu = f" mfu={summary['mfu']:.1%}" if summary.get("mfu") else ""
     wall = f" wall={summary['wall_s']:.1f}s" if summary.get("wall_s") else ""
     stalled = f" (did not train: {why})" if (why := summary.get("did_not_train")) else ""
+    if summary["status"] == Status.DIVERGED:  # where and why, in the line itself
+        step, reason = summary.get("diverged_at_step"), summary.get("divergence_reason")
+        stalled = f" (at step {step}: {reason or 'no reason recorded'})"
     return (
         f"val_loss={fmt(summary['final_val_loss'])}{bpb}{acc} status={summary['status']}"
         f"{stalled}{wall}{speed}{mfu} dir={summary['run_dir']}"

@@ -65,8 +65,9 @@ def report_command(argv: list[str] | None) -> int:
     print(f"\nreport: {out_dir / 'report.md'} ({len(report['plots'])} plots)")
     if args.x:
         print(f"figure: {xy_figure(args.sweep_dir, args.x, args.y.split(','), out_dir)}")
-    project = (report["wandb"] or {}).get("project", "normlab")
-    print(f"wandb group to open (project {project}): {', '.join(report['wandb_groups'])}")
+    if report["wandb"] or report["wandb_sync"]:  # the runs logged to wandb: where to look
+        project = (report["wandb"] or {}).get("project", "normlab")
+        print(f"wandb group to open (project {project}): {', '.join(report['wandb_groups'])}")
     if report["wandb_sync"]:
         print(f"upload offline runs: wandb sync {report['wandb_sync']}")
     else:  # logger=csv, or wandb disabled

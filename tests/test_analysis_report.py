@@ -357,3 +357,23 @@ def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
     assert pre4["grad_norm"] == [4.0] * 4 and pre4["act_norm"] == [1.0, 2.0, 3.0, 4.0]
     assert pre4["last_fc2"] == 0.25 and pre4["series"] == "placement=pre"
     assert set(report["plots"]) == {"init_grid.png", "grad_norm_init.png", "act_norm_init.png"}
+
+
+def test_the_wandb_sync_line_never_takes_the_reports_own_run(tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        (tmp_path / run / "wandb" / f"offline-run-{run}").mkdir(parents=True)
+    report = tmp_path / "report"
+    assert reporting.wandb_sync_pattern(tmp_path, skip=report) == str(
+        tmp_path / "*" / "wandb" / "offline-run-*"
+    )
+    (report / "wandb" / "offline-run-r").mkdir(parents=True)  # the glob would match it now
+    listed = reporting.wandb_sync_pattern(tmp_path, skip=report)
+    assert listed == " ".join(str(tmp_path / r / "wandb" / f"offline-run-{r}") for r in "ab")
+
+
+def test_no_wandb_group_is_named_for_runs_that_never_logged_to_wandb(tmp_path, capsys) -> None:
+    from tests.test_analysis_lr_sweep import write_sweep
+
+    root = write_sweep(tmp_path / "sweep")  # metrics.csv runs, no wandb dir
+    assert compare.main([str(root), "--no-wandb", "--no-plots"]) == 0
+    assert "wandb group to open" not in capsys.readouterr().out

@@ -332,6 +332,8 @@ class Attempt:
     def close(self, error: BaseException | None = None) -> None:
         """Record the outcome in summary.json (rank zero) and release the dir."""
         try:
+            if self.rank_zero:
+                drop_empty_job_log(self.run_dir)
             if self.done_before is not None:
                 return
             if isinstance(error, Interrupted):  # data preparation, the final validation, ...
@@ -350,3 +352,17 @@ class Attempt:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         finally:
             self.lock.release()
+
+
+def drop_empty_job_log(run_dir: Path) -> None:
+    """Hydra opens ``<job name>.log`` in the run dir for Python logging, which a run does not
+    use (it prints its header, progress and result): an empty one is removed, one that holds
+    anything is kept."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    log = run_dir / f"{HydraConfig.get().job.name}.log"
+    with contextlib.suppress(OSError):
+        if log.stat().st_size == 0:
+            log.unlink()

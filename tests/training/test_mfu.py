@@ -69,3 +69,12 @@ def test_the_reference_losses_a_run_records(tmp_path, tiny_run, compose_cfg, one
     vit = [o for o in tiny_run if not o.startswith(("model.block_size", "data.val_b"))]
     vit_summary = train.run(compose_cfg([*vit, "model=vit", f"run_dir={tmp_path / 'vit'}"]))
     assert vit_summary["chance_loss"] == pytest.approx(math.log(10))
+
+
+def test_a_diverged_runs_line_says_where_and_why() -> None:
+    summary = {"status": "diverged", "final_val_loss": None, "run_dir": "r", "wall_s": 3.0,
+               "diverged_at_step": 41, "divergence_reason": "non-finite loss nan"}  # fmt: skip
+    line = result_line(summary)
+    assert "status=diverged (at step 41: non-finite loss nan) wall=3.0s" in line
+    done = {**summary, "status": "completed", "final_val_loss": 2.0}
+    assert "at step" not in result_line(done)
