@@ -16,7 +16,7 @@ EXPORTS = {
     "StepDataModule": "steps",
     "TextDataConfig": "config",
     "TextDataModule": "text",
-    "load_vocab": "text",
+    "load_vocab": "tokenizer",
     "step_generator": "steps",
 }
 __all__ = sorted(EXPORTS)

@@ -24,7 +24,6 @@ from data.tokenizer import (
     CharVocab,
     Tokenizer,
     check_vocab_size,
-    from_json,
 )
 from data.tokens import prepare_text
 
@@ -201,10 +200,3 @@ class TextDataModule(StepDataModule):
         self.checked(x), self.checked(y)
         batches = list(zip(x.split(self.batch_size), y.split(self.batch_size), strict=True))
         return DataLoader(batches, batch_size=None)
-
-
-def load_vocab(path: str | Path) -> Tokenizer:
-    """The tokenizer a run dir's vocab.json holds (written by ``TextDataModule.save_vocab``)."""
-    import json
-
-    return from_json(json.loads(Path(path).read_text()))

@@ -284,3 +284,8 @@ def _hub_tokenizer_file(repo: str, revision: str | None) -> str:
 def bits_per_byte(nats: float, n_bytes: float) -> float:
     """Total nats over the targets -> bits per UTF-8 byte of the text they spell."""
     return nats / (math.log(2) * n_bytes)
+
+
+def load_vocab(path: str | Path) -> Tokenizer:
+    """The tokenizer a run dir's vocab.json holds (written by ``TextDataModule.save_vocab``)."""
+    return from_json(json.loads(Path(path).read_text()))

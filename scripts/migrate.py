@@ -136,8 +136,8 @@ def checkpoint(path: Path, dry: bool) -> list[str]:
     """What the checkpoint at ``path`` needed: its model config, DyT's alpha, its digest."""
     import torch
 
+    from training.reliability.checkpoint_io import AtomicCheckpointIO
     from training.reliability.checkpoints import (
-        AtomicCheckpointIO,
         digest_path,
         file_digest,
         recorded_digests,

@@ -21,7 +21,7 @@ import argparse
 
 import torch
 
-from data.text import load_vocab
+from data.tokenizer import load_vocab
 from models.gpt import GPT
 from runs import runfiles
 
@@ -53,14 +53,15 @@ def generate(
 def load_run(run_dir: Path) -> GPT:
     """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
     from runs.errors import ConfigError
-    from training.reliability.checkpoints import read_checkpoint
-    from training.task import LanguageModelTask
+    from training.reliability.checkpoints import model_of, read_checkpoint
 
     path = run_dir / runfiles.CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"{path} does not exist; pass a finished GPT run's directory")
-    read_checkpoint(path, "pass a run dir whose last.ckpt is whole")  # one line if it is not
-    return LanguageModelTask.load_from_checkpoint(path, map_location="cpu").model
+    model = model_of(read_checkpoint(path, "pass a run dir whose last.ckpt is whole"))
+    if not isinstance(model, GPT):
+        raise ConfigError(f"{path} holds a ViT; sample needs a GPT run's directory")
+    return model
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import lightning.pytorch as L
 import pytest
@@ -13,7 +14,8 @@ from omegaconf import OmegaConf
 
 import train
 from data.config import TextDataConfig
-from data.text import TextDataModule, load_vocab
+from data.text import TextDataModule
+from data.tokenizer import load_vocab
 from models.gpt import GPT, GPTConfig
 from runs.errors import ConfigError
 from scripts import evaluate, sample
@@ -93,6 +95,30 @@ def test_sample_is_seeded_and_greedy_sampling_is_the_argmax(gpt_run, capsys):
             logits, _ = model(idx[:, -model.cfg.block_size :])
             idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert greedy == vocab.decode(idx[0])
+
+
+def test_sample_loads_the_model_lightning_loads_without_importing_lightning(gpt_run):
+    """The model sample rebuilds from last.ckpt (torch only) is the task's model, weight for
+    weight; and sampling imports neither Lightning nor transformers."""
+    import subprocess
+    import sys
+
+    from training.task import LanguageModelTask
+
+    ours = sample.load_run(gpt_run)
+    theirs = LanguageModelTask.load_from_checkpoint(gpt_run / "last.ckpt", map_location="cpu")
+    assert ours.cfg == theirs.model.cfg
+    for name, value in theirs.model.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], value), name
+    code = (
+        "import sys; from scripts import sample; "
+        f"sample.main([{str(gpt_run)!r}, '--tokens', '2']); "
+        "print(sorted(m for m in ('lightning', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_a_plain_trainer_validates_with_the_documented_arguments(tmp_path):

@@ -32,7 +32,8 @@ from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes import probe_callbacks
-from training.reliability.checkpoints import AtomicCheckpointIO, metrics_cut
+from training.reliability.checkpoint_io import AtomicCheckpointIO
+from training.reliability.checkpoints import metrics_cut
 from training.reliability.progress import StepProgressBar, step_progress
 from training.reliability.resume import ResumeCheckpoint, default_every_n_steps
 from training.run_config import RunConfig

@@ -1,7 +1,8 @@
 """What exists because Lightning, Hydra, torch or the OS fall short for a run that must survive
 kills, full disks and reruns; each module's docstring names the upstream limit it works around.
 
-- ``checkpoints``: last.ckpt written whole or not at all; unreadable files in one line.
+- ``checkpoints``: digests, one-line errors for unreadable files, a run's model rebuilt
+  without Lightning; ``checkpoint_io``: last.ckpt written whole or not at all.
 - ``resume``: when last.ckpt is written (after a due validation, at a signal's step boundary)
   and what it remembers.
 - ``metrics_csv``: metrics.csv continued across attempts, never duplicated or gapped.

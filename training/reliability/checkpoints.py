@@ -3,10 +3,11 @@
 Upstream limits: Lightning's ``TorchCheckpointIO`` saves through the system temp dir and
 ``shutil.move``, which copies over ``last.ckpt`` in place when the temp dir is another
 filesystem, so a kill or a full disk mid-save can leave a truncated file where the last good
-one was; ``torch.load`` on a
-cut or foreign file raises a multi-line unpickling error; a full or read-only disk surfaces as a
-bare ``OSError``. ``AtomicCheckpointIO`` writes through a temporary file and a rename;
-``read_checkpoint`` and ``disk_error`` turn the failures into one line naming the fix.
+one was; ``torch.load`` on a cut or foreign file raises a multi-line unpickling error; a full
+or read-only disk surfaces as a bare ``OSError``. ``AtomicCheckpointIO`` (checkpoint_io.py, the
+one Lightning piece) writes through a temporary file and a rename; ``read_checkpoint`` and
+``disk_error`` turn the failures into one line naming the fix. This module needs torch only:
+``model_of`` rebuilds a run's model from its checkpoint without Lightning (scripts/sample.py).
 
 A rename makes a write whole, not the file right: a same-size corruption later (flipped bytes
 on disk, a copy gone wrong) still unpickles, and resumed a run to wrong numbers. Each save
@@ -23,10 +24,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from runs.runfiles import CHECKPOINT
 from training.errors import DISK_ERRNOS, DiskError, disk_message
@@ -46,67 +45,6 @@ def disk_error(err: OSError, path: Path) -> DiskError | OSError:
         else "no checkpoint of this run is on disk yet"
     )
     return DiskError(err.errno, disk_message(err, path, kept))
-
-
-# --- writing and reading checkpoints --------------------------------------------------------
-class WriteErrors:
-    """A file that remembers the OSError a write raised: torch.save's zip writer turns it into a
-    RuntimeError about the stream, losing the errno (ENOSPC, EFBIG) that names the cause."""
-
-    def __init__(self, file) -> None:
-        self.file, self.error = file, None
-
-    def write(self, data) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as err:
-            self.error = err
-            raise
-
-    def __getattr__(self, name: str):
-        return getattr(self.file, name)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes ``<path>.tmp`` next to the target, fsyncs it, then renames it over the target, so a
-    kill or a full disk at any moment leaves the old checkpoint or the new one, never a mix.
-    (Lightning's own save goes through the system temp dir and ``shutil.move``, which copies in
-    place across filesystems.) Loading never unpickles code (``weights_only=True``)."""
-
-    def save_checkpoint(self, checkpoint: dict, path, storage_options: Any = None) -> None:
-        if storage_options is not None:
-            raise TypeError("AtomicCheckpointIO takes no storage_options")
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as raw:
-                f = WriteErrors(raw)
-                try:
-                    torch.save(checkpoint, f)
-                except RuntimeError as err:  # torch's zip writer hides the OSError behind it
-                    if f.error is None:
-                        raise
-                    raise f.error from err
-                f.flush()
-                os.fsync(f.fileno())
-            new = file_digest(tmp)
-            # the file on disk now, if it is intact (its digest one recorded): either it or the
-            # new one passes while the rename is under way, however many saves a kill cut short
-            on_disk = file_digest(path) if path.is_file() else None
-            old = [on_disk] if on_disk in recorded_digests(path) else []
-            write_digests(path, [new, *old])
-            os.replace(tmp, path)
-            write_digests(path, [new])
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise disk_error(err, path) from err
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-
-    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None):
-        return load_checkpoint(Path(path))
 
 
 def digest_path(path: Path) -> Path:
@@ -194,6 +132,23 @@ def read_checkpoint(path: Path, fix: str = READ_FIX) -> dict:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
         raise ValueError(f"{path} is not a training checkpoint of this project; {fix}")
     return ckpt
+
+
+def model_of(ckpt: dict) -> torch.nn.Module:
+    """The model a training checkpoint holds (GPT or ViT, by its saved config), its weights
+    loaded strictly, without Lightning: what ``Task.load_from_checkpoint(path).model`` gives."""
+    from models.config import GPTConfig, ViTConfig
+    from models.gpt import GPT
+    from models.vit import ViT
+
+    config = (ckpt.get("hyper_parameters") or {}).get("model_config")
+    if not isinstance(config, dict):
+        raise ValueError("the checkpoint holds no model config; it is not a run's last.ckpt")
+    model = GPT(GPTConfig(**config)) if "vocab_size" in config else ViT(ViTConfig(**config))
+    prefix = "model."
+    state = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    model.load_state_dict(state)
+    return model
 
 
 def resume_state(ckpt: dict) -> dict:

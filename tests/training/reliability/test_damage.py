@@ -13,9 +13,9 @@ import torch
 
 import train
 from runs.errors import ConfigError
-from training.reliability import checkpoints
+from training.reliability import checkpoint_io, checkpoints
+from training.reliability.checkpoint_io import AtomicCheckpointIO
 from training.reliability.checkpoints import (
-    AtomicCheckpointIO,
     DamagedCheckpoint,
     DiskError,
     read_checkpoint,
@@ -105,7 +105,7 @@ def fill_disk_after(monkeypatch, limit: int, code: int = errno.ENOSPC) -> None:
         f = real_open(file, mode, *args, **kwargs)
         return Fills(f) if "w" in mode and str(file).endswith(".tmp") else f
 
-    monkeypatch.setattr(checkpoints, "open", fills, raising=False)
+    monkeypatch.setattr(checkpoint_io, "open", fills, raising=False)
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])

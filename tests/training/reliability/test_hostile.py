@@ -19,8 +19,8 @@ from runs.errors import ConfigError
 from tests.conftest import ROOT
 from training.errors import DiskError, one_line_errors
 from training.reliability import checkpoints
+from training.reliability.checkpoint_io import AtomicCheckpointIO
 from training.reliability.checkpoints import (
-    AtomicCheckpointIO,
     DamagedCheckpoint,
     digest_path,
     read_checkpoint,

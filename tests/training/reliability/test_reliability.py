@@ -19,7 +19,8 @@ from runs.errors import ConfigError
 from tests.conftest import ROOT  # noqa: E402
 from tests.helpers import metric_rows
 from training.launch import ChoiceError, check_choices, group_options
-from training.reliability.checkpoints import AtomicCheckpointIO, DiskError
+from training.reliability.checkpoint_io import AtomicCheckpointIO
+from training.reliability.checkpoints import DiskError
 from training.reliability.metrics_csv import keep_rows_below
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
