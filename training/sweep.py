@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,8 @@ from training.errors import launched_as_rank_zero
 from training.launch import SWEEP_PID
 
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
+SWEEP_START = "NORMLAB_SWEEP_START"  # the launch's start (time.time()), for the progress line
+SWEEP_JOBS = "NORMLAB_SWEEP_JOBS"  # how many jobs the launch runs, for the progress line
 
 
 def check_grid_once(config: DictConfig) -> None:
@@ -112,6 +115,8 @@ class SweepStatus(HydraCallback):
                 raise SystemExit(f"error: {err}") from None
         shutil.rmtree(sweep_dir / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
+        os.environ[SWEEP_START] = str(time.time())  # for each job's progress line
+        os.environ[SWEEP_JOBS] = str(launch_size(config) or "")
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._write(config, {"outcome": str(Outcome.UNFINISHED)})  # replaced when the job ends
@@ -122,6 +127,8 @@ class SweepStatus(HydraCallback):
         except Exception as err:  # the job raised past train.py's own handling
             value = {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
         self._write(config, value if isinstance(value, dict) else {"outcome": str(Outcome.FAILED)})
+        if config.hydra.mode == RunMode.MULTIRUN and launched_as_rank_zero():
+            print(progress_line(config), flush=True)
 
     def _write(self, config: DictConfig, record: dict) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
@@ -161,6 +168,39 @@ class SweepStatus(HydraCallback):
             print(f"  {record.get('outcome')}: {record['job']}: {why}", flush=True)
         if bad:
             raise SystemExit(1)
+
+
+def launch_size(config: DictConfig) -> int | None:
+    """The jobs this launch runs: its grid, or a search's trials; None when unknown."""
+    if searching(config):
+        return config.hydra.sweeper.get("n_trials")
+    try:
+        return len(sweep_jobs(config))
+    except Exception:  # noqa: BLE001 - a grid only Hydra's sweeper can expand
+        return None
+
+
+def progress_line(config: DictConfig) -> str:
+    """``sweep: k of N jobs done (...), M min, ETA ~E min``: the jobs of this launch that ended
+    (their records in .jobs/), the time since the launch began, and the rest at the mean time
+    of the jobs that ran (a skipped job takes none)."""
+    done = []
+    for path in (Path(config.hydra.sweep.dir) / OUTCOMES).glob("*.json"):
+        try:
+            outcome = json.loads(path.read_text()).get("outcome")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if outcome != str(Outcome.UNFINISHED):
+            done.append(str(outcome))
+    total = int(os.environ.get(SWEEP_JOBS) or 0)
+    start = float(os.environ.get(SWEEP_START) or time.time())
+    minutes = (time.time() - start) / 60
+    counts = ", ".join(f"{n} {o}" for o, n in sorted(Counter(done).items()))
+    line = f"sweep: {len(done)} of {total or '?'} jobs done ({counts}), {minutes:.1f} min"
+    ran = len(done) - done.count(str(Outcome.SKIPPED))
+    if total and ran and len(done) < total:
+        line += f", ETA ~{minutes / ran * (total - len(done)):.1f} min"
+    return line
 
 
 SEARCH_RESULTS = "optimization_results.yaml"  # what Hydra's Optuna sweeper writes at its end

@@ -170,3 +170,25 @@ def test_a_second_sweep_into_a_busy_sweep_dir_is_refused_up_front(tmp_path):
     assert done.returncode != 0
     assert f"PID {os.getpid()}" in done.stderr and "another hydra.sweep.dir" in done.stderr
     assert not list(tmp_path.glob("*/summary.json"))  # no job ran
+
+
+def test_each_job_prints_the_sweeps_progress(tmp_path, monkeypatch) -> None:
+    """k of N jobs done with what they did, the minutes since the launch, and an ETA at the
+    mean time of the jobs that ran (a skipped job took none)."""
+    import json
+    import time
+
+    from omegaconf import OmegaConf
+
+    from training import sweep
+
+    jobs = tmp_path / sweep.OUTCOMES
+    jobs.mkdir()
+    for num, outcome in enumerate(("completed", "skipped", "unfinished")):
+        (jobs / f"{num:05d}-job{num}.json").write_text(json.dumps({"outcome": outcome}))
+    monkeypatch.setenv(sweep.SWEEP_JOBS, "4")
+    monkeypatch.setenv(sweep.SWEEP_START, str(time.time() - 120))
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    line = sweep.progress_line(config)
+    # 2 ended, 1 of them ran: 2 min for it, so ~4 min for the 2 left
+    assert line == "sweep: 2 of 4 jobs done (1 completed, 1 skipped), 2.0 min, ETA ~4.0 min"
