@@ -143,7 +143,7 @@ def model_of(ckpt: dict) -> torch.nn.Module:
 
     config = (ckpt.get("hyper_parameters") or {}).get("model_config")
     if not isinstance(config, dict):
-        raise ValueError("the checkpoint holds no model config; it is not a run's last.ckpt")
+        raise ValueError(f"the checkpoint holds no model config; it is not a run's {CHECKPOINT}")
     model = GPT(GPTConfig(**config)) if "vocab_size" in config else ViT(ViTConfig(**config))
     prefix = "model."
     state = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
