@@ -250,6 +250,20 @@ def test_run_writes_the_run_dir(model, tmp_path):
     assert [int(r["step"]) for r in rows if r["grad_norm/total"]] == [0, 1, 2]  # every step
 
 
+def test_compile_asks_torch_for_the_mode_the_config_names(tmp_path, monkeypatch):
+    """The fast version of the check below: compile=true reaches nn.Module.compile with the
+    default mode, compile=false compiles nothing (the compiler itself stubbed out)."""
+    modes = []
+    monkeypatch.setattr(nn.Module, "compile", lambda self, *a, **kw: modes.append(kw.get("mode")))
+    over = [*TINY, "logger=csv", "trainer.max_steps=2", "model.block_size=16", "data.val_batches=1"]
+    for mode in ("false", "true"):
+        train.run(compose_cfg([*over, f"compile={mode}", f"run_dir={tmp_path / mode}"]))
+    assert modes == ["default"]
+    with pytest.raises(ConfigError, match="compile='fast' is not a torch.compile mode"):
+        train.run(compose_cfg([*over, "compile=fast", f"run_dir={tmp_path / 'bad'}"]))
+
+
+@pytest.mark.slow  # 30 s of inductor compiling; the plumbing: the test above
 @pytest.mark.skipif(
     not (shutil.which("g++") or shutil.which("c++")),
     reason="torch.compile on CPU needs a C++ compiler",
