@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -270,13 +271,21 @@ def write_report(
             "variants": [v.row() for v in variants],
             "lr_sweep": lr_sweep.lr_sweep(variants, fields),
             "init_probe": init_probes.probe_groups(found),
-            "plots": write_plots(variants, fields, found, out_dir, logy) if plots else [],
+            "plots": [],
             "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
             "warnings": [*warn, *left_out],
         }
         report["warnings"] += stalled_warnings(report)
-        if plots and (name := lr_sweep.plot(report["lr_sweep"], out_dir)):
-            report["plots"].append(name)
+        key = plots_key(sweep_dir, out_dir, logy)
+        if plots and (drawn := drawn_before(out_dir, key)) is not None:
+            report["plots"] = drawn  # nothing they draw from changed: not drawn again
+        elif plots:
+            report["plots"] = write_plots(variants, fields, found, out_dir, logy)
+            if name := lr_sweep.plot(report["lr_sweep"], out_dir):
+                report["plots"].append(name)
+            (out_dir / PLOTS_KEY).write_text(key + "\n")
+        else:  # this report lists no figures: the next one draws them
+            (out_dir / PLOTS_KEY).unlink(missing_ok=True)
         report["plots"].sort(key=question_first)
         (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         (out_dir / "report.md").write_text(markdown(report))
@@ -284,6 +293,41 @@ def write_report(
         cells = probe_cells(report["init_probe"]) if probed else table_cells(report)
         (out_dir / "report.html").write_text(page(report, cells, out_dir))
         return report
+
+
+# --- figures drawn once per input -----------------------------------------------------------
+PLOTS_KEY = ".plots_key"  # in the report dir: what its figures were drawn from
+RUN_FILES = (runfiles.SUMMARY, runfiles.METRICS, runfiles.PROBE, "config.yaml")
+
+
+def plots_key(sweep_dir: Path, out_dir: Path, logy: bool) -> str:
+    """A digest of everything the figures are drawn from: each run file's path, size and
+    modification time below the sweep (the report dir left out), the axis choice, and the
+    analysis code that draws them."""
+    h = hashlib.sha256(f"logy={logy}".encode())
+    for name in RUN_FILES:
+        for path in sorted(sweep_dir.rglob(name)):
+            if path.is_file() and not path.is_relative_to(out_dir):
+                stat = path.stat()
+                h.update(
+                    f"{path.relative_to(sweep_dir)}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+                )
+    for code in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(code.read_bytes())
+    return h.hexdigest()
+
+
+def drawn_before(out_dir: Path, key: str) -> list[str] | None:
+    """The figures of the last report in ``out_dir`` when they were drawn from the same inputs
+    (``key``) and are all still there; None: draw them."""
+    try:
+        same = (out_dir / PLOTS_KEY).read_text().strip() == key
+        names = json.loads((out_dir / "report.json").read_text())["plots"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if same and isinstance(names, list) and all((out_dir / str(n)).is_file() for n in names):
+        return [str(n) for n in names]
+    return None
 
 
 def xy_figure(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -377,3 +378,22 @@ def test_no_wandb_group_is_named_for_runs_that_never_logged_to_wandb(tmp_path, c
     root = write_sweep(tmp_path / "sweep")  # metrics.csv runs, no wandb dir
     assert compare.main([str(root), "--no-wandb", "--no-plots"]) == 0
     assert "wandb group to open" not in capsys.readouterr().out
+
+
+def test_figures_are_drawn_again_only_when_what_they_draw_from_changed(
+    sweep: Path, tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "rep"
+    first = reporting.write_report(sweep, out)["plots"]
+    assert first and (out / reporting.PLOTS_KEY).is_file()
+    drawn = []
+    real = reporting.write_plots
+    monkeypatch.setattr(reporting, "write_plots", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    assert reporting.write_report(sweep, out)["plots"] == first and drawn == []  # reused
+    assert reporting.write_report(sweep, out, plots=False)["plots"] == []
+    assert reporting.write_report(sweep, out)["plots"] == first and drawn == [1]  # listed again
+    metrics = next(sweep.rglob("metrics.csv"))
+    metrics.write_text(metrics.read_text())  # a run wrote more: its modification time moved
+    os.utime(metrics, ns=(metrics.stat().st_atime_ns, metrics.stat().st_mtime_ns + 10**9))
+    reporting.write_report(sweep, out)
+    assert drawn == [1, 1]
