@@ -25,7 +25,8 @@ CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "lr_sensitivity.png": (
         "Final val loss against the peak learning rate (log axis) per variant, each variant's "
-        "best lr circled; a diverged run counts at the loss at init (dashed).",
+        "best lr circled; the loss axis fits the rates where every run trained, and a rate "
+        "where a run diverged is an x at its top edge.",
         "A flat, low curve is a variant that tolerates a range of lrs (low LR sensitivity); a "
         "best lr at the grid's edge means the grid should be widened.",
     ),

@@ -319,8 +319,8 @@ def plot_init_grid(groups, out_dir: Path, name: str = "init_grid.png") -> str | 
     depth; one colour per placement throughout."""
     fc2 = [g for g in groups if g["last_fc2"] is not None]
     layered = [g for g in groups if g["grad_norm"] and g["act_norm"]]
-    if not fc2 or not layered:
-        return None
+    if not fc2 or not layered or len({depth_of(g["params"]) for g in groups}) < 2:
+        return None  # three of its panels are against depth: a one-depth sweep has none
     colors = series_colors([g["series"] for g in groups])
     deepest = max(depth_of(g["params"]) for g in layered)
     fig, axes = plt.subplots(2, 2, figsize=(10.5, 7.5), layout="constrained")

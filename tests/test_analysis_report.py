@@ -358,6 +358,12 @@ def test_probe_json_with_mean_std_summaries(tmp_path: Path) -> None:
     assert pre4["grad_norm"] == [4.0] * 4 and pre4["act_norm"] == [1.0, 2.0, 3.0, 4.0]
     assert pre4["last_fc2"] == 0.25 and pre4["series"] == "placement=pre"
     assert set(report["plots"]) == {"init_grid.png", "grad_norm_init.png", "act_norm_init.png"}
+    # one depth: no panel against depth to draw, so no F1 grid (the per-layer ones stay)
+    one = tmp_path / "one"
+    one.mkdir()
+    shallow = {**data, "runs": [r for r in runs if r["n_layer"] == 2]}
+    (one / "probe.json").write_text(json.dumps(shallow))
+    assert set(reporting.write_report(one)["plots"]) == {"grad_norm_init.png", "act_norm_init.png"}
 
 
 def test_the_wandb_sync_line_never_takes_the_reports_own_run(tmp_path: Path) -> None:
