@@ -62,6 +62,9 @@ NORMS: dict[str, NormSpec] = {
     "dyt": NormSpec(
         "DyT", options=("alpha",), check=positive_alpha, qk="dyt", paper="Zhu et al. 2025"
     ),
+    "derf": NormSpec(
+        "Derf", options=("alpha",), check=positive_alpha, qk="derf", paper="Chen et al. 2025"
+    ),
     # A head's features are already one group, so qk-norm uses LayerNorm for GroupNorm.
     "groupnorm": NormSpec(
         "GroupNorm", options=("groups",), check=groups_divide, paper="Wu & He 2018"

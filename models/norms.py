@@ -83,6 +83,30 @@ class DyT(nn.Module):
         return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
 
 
+class Derf(nn.Module):
+    """Dynamic erf (Chen et al. 2025, "Stronger Normalization-Free Transformers"):
+    y = gamma * erf(a * x + s) + beta, a and s learnable scalars, gamma and beta per feature.
+
+    As the authors' code (github.com/zlab-princeton/Derf): ``a`` and ``s`` of shape (1,), ``a``
+    from ``alpha`` (their module's default 0.5; their language-model setting 1.0), ``s`` from 0.
+    Takes no statistics; eps is accepted for a uniform constructor and unused.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, alpha: float = 0.5) -> None:
+        super().__init__()
+        positive_alpha(dim, alpha)
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha)))
+        self.shift = nn.Parameter(torch.zeros(1))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.erf(self.alpha * x + self.shift) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
+
+
 class GroupNorm(nn.Module):
     """GroupNorm (Wu & He 2018) over one token's features: the dim features split into `groups`
     contiguous groups, each normalized by its own mean and biased variance, then a per-feature

@@ -60,12 +60,14 @@ def refused(placement: str, **options) -> bool:
 
 def randomize_small_params(module: nn.Module, seed: int = 0) -> None:
     """Non-trivial values for every 0-D/1-D parameter (norm gains and shifts, gates, DyT's a,
-    omegas, nGPT's scales, biases), so references check their use."""
+    omegas, nGPT's scales, biases), so references check their use; Derf's ``shift`` (inside its
+    erf) small, around 0, so the stack does not saturate."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in module.parameters():
+        for name, p in module.named_parameters():
             if p.ndim <= 1:
-                p.copy_(0.5 + 0.5 * torch.rand(p.shape, generator=g))
+                u = torch.rand(p.shape, generator=g)
+                p.copy_(0.2 * (u - 0.5) if name.endswith(".shift") else 0.5 + 0.5 * u)
 
 
 def randomize_norm_params(module: nn.Module, seed: int = 0) -> None:

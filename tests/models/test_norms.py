@@ -173,8 +173,8 @@ def test_gpt_refuses_cross_token_norms(norm):
 
 
 def test_norm_registry_metadata_and_unknown_name():
-    assert per_token_norms() == ["dyt", "groupnorm", "layernorm", "none", "rmsnorm"]
+    assert per_token_norms() == ["derf", "dyt", "groupnorm", "layernorm", "none", "rmsnorm"]
     assert NORMS["batchnorm"].mixes == {"batch", "sequence"}
     assert NORMS["instancenorm"].mixes == {"sequence"}
-    with pytest.raises(ValueError, match="batchnorm.*dyt.*groupnorm.*instancenorm.*none"):
+    with pytest.raises(ValueError, match="batchnorm.*derf.*dyt.*groupnorm.*instancenorm.*none"):
         gpt_config(norm="weightnorm")
