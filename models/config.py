@@ -99,6 +99,10 @@ class BlockConfig:
     pos: str = "learned"  # POSITIONS
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
+    # soft-capping, c * tanh(x / c): each attention logit (Gemma 2: 50) and each output logit
+    # (Gemma 2: 30); None: off
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
 
     # Set by each model: whether its attention is causal (a causal model refuses norms whose
     # statistics span tokens), and the integer fields that must be positive besides the stack's.
@@ -132,6 +136,10 @@ class BlockConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        for name in ("attn_softcap", "logit_softcap"):
+            cap = getattr(self, name)
+            if cap is not None and not cap > 0:
+                raise ValueError(f"model.{name} must be > 0 or null (off), got {cap}")
         if self.norm.eps <= 0:
             raise ValueError(f"norm.eps must be > 0, got {self.norm.eps}")
         fraction = self.placement.mix_fraction

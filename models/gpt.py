@@ -8,6 +8,7 @@ from torch import nn
 
 from models.config import GPTConfig  # noqa: F401 (the public API: models.gpt.GPTConfig)
 from models.flops import training_flops_per_token
+from models.layers import softcap
 from models.stack import Stack
 
 
@@ -68,6 +69,7 @@ class GPT(Stack):
         for block in self.blocks:
             x = block(x)
         logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)
+        logits = softcap(logits, self.cfg.logit_softcap)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))

@@ -29,6 +29,12 @@ def rotate(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
+def softcap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """c * tanh(x / c): x bounded to (-c, c), near the identity well inside it (Gemma 2's
+    soft-capping); ``cap`` None: x unchanged."""
+    return x if cap is None else cap * torch.tanh(x / cap)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with separate q, k, v and output projections.
 
@@ -39,7 +45,9 @@ class Attention(nn.Module):
     `rope`, each head's q and k are rotated (``rotate``): after a full-width norm, before a
     per-head one (a unit norm, nGPT's, commutes with the rotation; its per-feature scale does not)
     (HybridNorm's QKV-norm); q_norm, k_norm and v_norm are identities otherwise. The logits are
-    q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size).
+    q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size); with `softcap` each is
+    soft-capped (``softcap``) before the mask and the softmax, in an explicit attention (sdpa has
+    no hook between the logits and the softmax).
     """
 
     def __init__(
@@ -54,6 +62,7 @@ class Attention(nn.Module):
         softmax_scale: float | None = None,
         qk_full_width: bool = False,
         rope: bool = False,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -77,6 +86,7 @@ class Attention(nn.Module):
         self.v_norm = v_norm(head_size) if v_norm else nn.Identity()
         self.softmax_scale = softmax_scale  # None: sdpa's own 1 / sqrt(head_size)
         self.scale = head_size**-0.5 if softmax_scale is None else softmax_scale
+        self.softcap = softcap
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -114,16 +124,29 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x)  # (B, nh, T, hs) each
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            is_causal=self.causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            scale=self.softmax_scale,
-        )  # (B, nh, T, hs)
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                is_causal=self.causal,
+                dropout_p=self.dropout if self.training else 0.0,
+                scale=self.softmax_scale,
+            )  # (B, nh, T, hs)
+        else:
+            y = self.capped_attention(q, k, v)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(y)
+
+    def capped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(softcap(q.k * scale)) v, causal when the model is."""
+        logits = softcap((q @ k.transpose(-2, -1)) * self.scale, self.softcap)  # (B, nh, T, T)
+        if self.causal:
+            T = q.shape[-2]
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            logits = logits.masked_fill(future, float("-inf"))
+        weights = F.dropout(logits.softmax(-1), self.dropout if self.training else 0.0)
+        return weights @ v  # (B, nh, T, hs)
 
 
 class MLP(nn.Module):
@@ -292,6 +315,7 @@ class Block(nn.Module):
             v_norm=make_qk_norm if placement.qkv_norm else None,
             qk_full_width=cfg.qk_norm and cfg.qk_norm_width == "full",
             rope=cfg.pos == "rope",
+            softcap=cfg.attn_softcap,
         )
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)

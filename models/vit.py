@@ -8,6 +8,7 @@ from torch import nn
 
 from models.config import ViTConfig  # noqa: F401 (importable from here)
 from models.flops import training_flops_per_token
+from models.layers import softcap
 from models.stack import Stack
 
 
@@ -79,6 +80,6 @@ class ViT(Stack):
         # (instancenorm, batchnorm) need the whole sequence; for the cls token it is the same.
         x = self.final_norm(x)  # (B, N', C)
         x = x[:, 0] if self.cls_token is not None else x.mean(dim=1)  # (B, C)
-        logits = self.logit_scale(self.head(x))  # (B, num_classes)
+        logits = softcap(self.logit_scale(self.head(x)), self.cfg.logit_softcap)  # (B, classes)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return logits, loss
