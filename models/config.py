@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 GATE_SHARING = ("layer", "sublayer")
 QK_NORM_WIDTHS = ("head", "full")
+ATTN_GATES = (None, "headwise", "elementwise")
 # Where a model's positions come from: "learned", a position table added to the embeddings;
 # "rope", rotary positions in every attention (Su et al. 2021), no table (GPT only).
 POSITIONS = ("learned", "rope")
@@ -103,6 +104,9 @@ class BlockConfig:
     # (Gemma 2: 30); None: off
     attn_softcap: float | None = None
     logit_softcap: float | None = None
+    # gated attention (Qiu et al. 2025): the attention's output times sigmoid(x W_g), x its
+    # input; "headwise": one gate per head, "elementwise": one per feature; None: off
+    attn_gate: str | None = None
 
     # Set by each model: whether its attention is causal (a causal model refuses norms whose
     # statistics span tokens), and the integer fields that must be positive besides the stack's.
@@ -136,6 +140,10 @@ class BlockConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.attn_gate not in ATTN_GATES:
+            raise ValueError(
+                f"model.attn_gate={self.attn_gate!r}: choose headwise, elementwise or null (off)"
+            )
         for name in ("attn_softcap", "logit_softcap"):
             cap = getattr(self, name)
             if cap is not None and not cap > 0:

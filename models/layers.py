@@ -45,7 +45,10 @@ class Attention(nn.Module):
     `rope`, each head's q and k are rotated (``rotate``): after a full-width norm, before a
     per-head one (a unit norm, nGPT's, commutes with the rotation; its per-feature scale does not)
     (HybridNorm's QKV-norm); q_norm, k_norm and v_norm are identities otherwise. The logits are
-    q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size); with `softcap` each is
+    q.k * scale, scale = `softmax_scale` or 1 / sqrt(head size). With `gate` (Qiu et al. 2025)
+    the heads' output is multiplied by sigmoid(x W_g) before the output projection, x the
+    attention's input: one gate per head ("headwise") or per feature ("elementwise"). With
+    `softcap` each logit is
     soft-capped (``softcap``) before the mask and the softmax, in an explicit attention (sdpa has
     no hook between the logits and the softmax).
     """
@@ -63,6 +66,7 @@ class Attention(nn.Module):
         qk_full_width: bool = False,
         rope: bool = False,
         softcap: float | None = None,
+        gate: str | None = None,
     ) -> None:
         super().__init__()
         if n_embd % n_head != 0:
@@ -87,6 +91,13 @@ class Attention(nn.Module):
         self.softmax_scale = softmax_scale  # None: sdpa's own 1 / sqrt(head_size)
         self.scale = head_size**-0.5 if softmax_scale is None else softmax_scale
         self.softcap = softcap
+        # gated attention: sigmoid(x W_g) per head or per feature, times the heads' output
+        self.gate = gate
+        self.gate_proj = (
+            nn.Linear(n_embd, n_head if gate == "headwise" else n_embd, bias=False)
+            if gate
+            else None
+        )
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -135,6 +146,11 @@ class Attention(nn.Module):
             )  # (B, nh, T, hs)
         else:
             y = self.capped_attention(q, k, v)
+        if self.gate_proj is not None:
+            g = torch.sigmoid(self.gate_proj(x))  # (B, T, nh) or (B, T, C)
+            y = y * (
+                g.transpose(1, 2).unsqueeze(-1) if self.gate == "headwise" else self.split_heads(g)
+            )
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.out_proj(y)
 
@@ -316,6 +332,7 @@ class Block(nn.Module):
             qk_full_width=cfg.qk_norm and cfg.qk_norm_width == "full",
             rope=cfg.pos == "rope",
             softcap=cfg.attn_softcap,
+            gate=cfg.attn_gate,
         )
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)

@@ -102,7 +102,7 @@ class NormalizedBlock(nn.Module):
         scale = d**-0.5
         self.attn = Attention(
             d, cfg.n_head, cfg.causal, cfg.dropout, cfg.bias, softmax_scale=math.sqrt(head_size),
-            rope=cfg.pos == "rope", softcap=cfg.attn_softcap,
+            rope=cfg.pos == "rope", softcap=cfg.attn_softcap, gate=cfg.attn_gate,
         )  # fmt: skip
         self.attn.q_norm = self.attn.k_norm = UnitHeads(cfg.n_head, head_size, scale)  # shared
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
