@@ -12,8 +12,8 @@ a sweep checks its grid once and each job makes its own as its attempt begins.
 Torch-free, as is every dataclass it reads into (models/config.py, data/config.py,
 training/optim_config.py, training/probe_config.py, training/sections.py): ``check_config`` runs
 all of it before torch is imported (train.py, the sweep's grid check), so a bad key or value
-answers as fast as a typo. ``record_defaults``: what a run record written before a key existed
-ran at.
+answers as fast as a typo. ``record_defaults``: the value a key a run record lacks compares at
+(its field's default; records of older layouts are converted by scripts/migrate.py first).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def check_config(cfg: DictConfig, quiet: bool = False) -> RunConfig:
         return typed_config(cfg)
 
 
-# --- what an older run record lacks ------------------------------------------------------------
+# --- what a run record lacks ---------------------------------------------------------------------
 @functools.cache
 def record_defaults() -> dict[str, Any]:
     """{dotted key: default} of the typed config fields, as JSON values; a field whose default
