@@ -35,7 +35,8 @@ import hydra
 from omegaconf import DictConfig
 
 from runs.record import Status, result_line
-from training.errors import Interrupted, in_multirun, one_line_errors
+from training.context import in_multirun
+from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, preflight
 from training.run_config import RunConfig, check_config, typed_config
 from training.sweep import for_the_sweeper, job_outcome

@@ -50,13 +50,8 @@ from runs.runfiles import (
     write_atomic,
 )
 from runs.settings import is_operational
-from training.errors import (
-    BUILD_ERRORS,
-    SIGNALS,
-    Interrupted,
-    launched_as_rank_zero,
-    signals_interrupt,
-)
+from training.context import launched_as_rank_zero
+from training.errors import BUILD_ERRORS, SIGNALS, Interrupted, signals_interrupt
 from training.reliability.checkpoints import check_fits, disk_error, read_checkpoint, resume_state
 from training.specs import MODELS
 

@@ -26,8 +26,9 @@ from runs.errors import ConfigError
 from runs.runfiles import CHECKPOINT, VOCAB
 from training.attempt import Attempt
 from training.console import header_line
+from training.context import launched_as_rank_zero
 from training.divergence import Divergence
-from training.errors import BUILD_ERRORS, launched_as_rank_zero
+from training.errors import BUILD_ERRORS
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights

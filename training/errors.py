@@ -6,8 +6,8 @@ printed, the job is recorded, and the sweep goes on. A crash keeps its traceback
 printed, and the sweep goes on). One debug switch for every entry point: ``NORMLAB_DEBUG=1`` shows
 every traceback (train.py also reads it as ``debug=true``, and Hydra's own HYDRA_FULL_ERROR=1).
 An interrupted run (SIGTERM, SIGINT) exits 128 + the signal number, as shells and SLURM expect;
-a parallel sweep's worker whose sweep is gone (``SWEEP_GONE``, set by training/launch.py) exits
-at once, having nobody to return its outcome to.
+a parallel sweep's worker whose sweep is gone (training/context.py's ``SWEEP_GONE``, set by
+training/launch.py) exits at once, having nobody to return its outcome to.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from typing import Any
 
 from runs.errors import ConfigError, Refused
 from runs.record import Outcome
+from training.context import in_multirun, sweep_gone
 
 # What building a run raises for bad input (OSError: missing files, the hub offline).
 BUILD_ERRORS = (TypeError, ValueError, OSError)
-# Set in a parallel sweep's worker process once the sweep's own process is gone.
-SWEEP_GONE = threading.Event()
 
 
 class DiskError(OSError):
@@ -120,26 +119,6 @@ def signals_interrupt():
         for s, handler in old.items():
             signal.signal(s, handler)
         sys.excepthook = hook
-
-
-def in_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def launched_as_rank_zero() -> bool:
-    """Rank zero of a distributed launch, read from the launchers' environment (torchrun, SLURM
-    tasks, Lightning's own child processes) before any process group exists; True when alone."""
-    keys = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
-    return all(int(os.environ.get(k, "0") or 0) == 0 for k in keys)
-
-
-def sweep_gone() -> bool:
-    """A module function, not the Event itself, in the wrapper below: joblib pickles the
-    wrapper by value, and an Event does not pickle."""
-    return SWEEP_GONE.is_set()
 
 
 def debugging(cfg: Any = None) -> bool:

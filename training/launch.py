@@ -34,7 +34,7 @@ from omegaconf import OmegaConf, read_write
 from runs.checks import closest
 from runs.jobs import job_dir, path_safe
 from runs.schema import ROOT
-from training.errors import SWEEP_GONE, in_multirun
+from training.context import SWEEP_GONE, in_multirun
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 
 from runs.jobs import grid, job_dir
 from runs.record import BAD_OUTCOMES, Outcome
-from training.errors import launched_as_rank_zero
+from training.context import launched_as_rank_zero
 from training.launch import SWEEP_PID
 
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did

@@ -20,7 +20,7 @@ def parallel_jobs() -> int:
     else 1."""
     from hydra.core.hydra_config import HydraConfig
 
-    from training.errors import in_multirun
+    from training.context import in_multirun
 
     if not in_multirun():
         return 1
