@@ -305,13 +305,10 @@ def plots_key(sweep_dir: Path, out_dir: Path, logy: bool) -> str:
     modification time below the sweep (the report dir left out), the axis choice, and the
     analysis code that draws them."""
     h = hashlib.sha256(f"logy={logy}".encode())
-    for name in RUN_FILES:
-        for path in sorted(sweep_dir.rglob(name)):
-            if path.is_file() and not path.is_relative_to(out_dir):
-                stat = path.stat()
-                h.update(
-                    f"{path.relative_to(sweep_dir)}:{stat.st_size}:{stat.st_mtime_ns}".encode()
-                )
+    found = (p for p in sweep_dir.rglob("*") if p.name in RUN_FILES)  # one walk of the sweep
+    for path in sorted(p for p in found if p.is_file() and not p.is_relative_to(out_dir)):
+        stat = path.stat()
+        h.update(f"{path.relative_to(sweep_dir)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     for code in sorted(Path(__file__).parent.glob("*.py")):
         h.update(code.read_bytes())
     return h.hexdigest()

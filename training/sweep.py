@@ -150,13 +150,7 @@ class SweepStatus(HydraCallback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not (sweep_dir / OUTCOMES).is_dir() or not launched_as_rank_zero():
             return
-        records = {}
-        for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
-            job = path.stem.split("-", 1)[-1]  # the job's dir name (after its number)
-            try:
-                records[path.stem] = {"job": job, **json.loads(path.read_text())}
-            except (OSError, ValueError):
-                records[path.stem] = {"job": job, "outcome": str(Outcome.UNFINISHED)}
+        records = job_records(sweep_dir)
         counts = Counter(str(r.get("outcome", Outcome.FAILED)) for r in records.values())
         if searching(config):
             mark_a_search_without_results(sweep_dir, records.values())
@@ -180,18 +174,25 @@ def launch_size(config: DictConfig) -> int | None:
         return None
 
 
+def job_records(sweep_dir: Path) -> dict[str, dict]:
+    """This launch's job records (.jobs/), each with its job's dir name; one that cannot be
+    read counts as unfinished."""
+    records = {}
+    for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
+        job = path.stem.split("-", 1)[-1]  # the job's dir name (after its number)
+        try:
+            records[path.stem] = {"job": job, **json.loads(path.read_text())}
+        except (OSError, ValueError, TypeError):
+            records[path.stem] = {"job": job, "outcome": str(Outcome.UNFINISHED)}
+    return records
+
+
 def progress_line(config: DictConfig) -> str:
     """``sweep: k of N jobs done (...), M min, ETA ~E min``: the jobs of this launch that ended
     (their records in .jobs/), the time since the launch began, and the rest at the mean time
     of the jobs that ran (a skipped job takes none)."""
-    done = []
-    for path in (Path(config.hydra.sweep.dir) / OUTCOMES).glob("*.json"):
-        try:
-            outcome = json.loads(path.read_text()).get("outcome")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if outcome != str(Outcome.UNFINISHED):
-            done.append(str(outcome))
+    records = job_records(Path(config.hydra.sweep.dir)).values()
+    done = [str(r.get("outcome")) for r in records if r.get("outcome") != Outcome.UNFINISHED]
     total = int(os.environ.get(SWEEP_JOBS) or 0)
     start = float(os.environ.get(SWEEP_START) or time.time())
     minutes = (time.time() - start) / 60
