@@ -16,8 +16,16 @@ from typing import Any
 
 from rich.table import Table
 
-from analysis.findings import ALIASES, FINDINGS, VERDICTS, Finding, decide_finding
-from analysis.findings.common import confirm_at
+from analysis.findings import (
+    ALIASES,
+    FINDINGS,
+    Finding,
+    confirm_lrs,
+    decide_finding,
+    fresh_seeds,
+    hash_now,
+    recompute,
+)
 from analysis.findings.settings import read_reproduce
 from analysis.report import table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
@@ -38,9 +46,9 @@ from experiments.sweep import (
     swept_values,
 )
 from experiments.verdicts import (
+    counts,
     cpu_seconds,
     finite_load,
-    fmt,
     publish,
     read_verdict,
     show,
@@ -62,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="One command per finding: run its sweep, compare the runs, decide each "
         "published claim.",
     )
-    p.add_argument("finding", choices=sorted([*FINDINGS, *ALIASES, "all"]))
+    p.add_argument("finding", nargs="?", choices=sorted([*FINDINGS, *ALIASES, "all"]))
     p.add_argument("--size", choices=SIZES, default="cpu")
     p.add_argument(
         "--out", type=Path, default=None, help="sweep dir (default multirun/reproduce/<experiment>)"
@@ -73,8 +81,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--publish", type=Path, default=None, help="copy verdict, report and key plots here"
     )
+    p.add_argument(
+        "--recompute",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="decide every verdict again from these verdict.json files (or dirs holding one) "
+        "and say whether each is identical",
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
-    return p.parse_intermixed_args(argv)
+    args = p.parse_intermixed_args(argv)
+    if (args.finding is None) == (args.recompute is None):
+        p.error("name a finding (or all), or --recompute DIR...")
+    return args
 
 
 @dataclass
@@ -133,6 +153,8 @@ def bad_overrides(err: Exception) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.recompute:
+        return recompute_all(args.recompute)
     if args.finding == "all":
         return reproduce_all(args)
     try:
@@ -215,10 +237,10 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     if not confirm or code != 0 or not all_finished(sweep.out, sweep.dirs):
         return []
     grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
-    seeds = "seed=" + ",".join(map(str, confirm.seeds))
+    seeds = "seed=" + ",".join(map(str, fresh_seeds(sweep.finding) or confirm.seeds))
     out = []
-    report = write_report(sweep.out, plots=False)
-    for chosen in confirm_at(report, list(confirm.by), confirm.seeds, reproduce.baseline):
+    table, _ = decide_finding(sweep.name, write_report(sweep.out, plots=False), reproduce)
+    for chosen in confirm_lrs(sweep.finding, table, list(confirm.by)):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
         fixed = [  # a param the report does not vary (None) is left to the experiment
             f"{key}={chosen[param]}"
@@ -240,7 +262,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in sweep.finding.draws:
         draw(out)
-    verdicts = decide_finding(name, report, read_reproduce(sweep.cfg))
+    table, verdicts = decide_finding(name, report, read_reproduce(sweep.cfg))
     runs = [r for v in report["variants"] for r in v["runs"]]
     statuses = sorted({r["status"] for r in runs})
     record = {
@@ -257,8 +279,9 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         **clock.times(),
         **{k: timing[k] for k in TIMING if timing and k in timing},
         "left_out": report.get("left_out", []),
-        "counts": {s: sum(v.status == s for v in verdicts) for s in VERDICTS},
-        "claims": [v.to_dict() for v in verdicts],
+        "registry": hash_now(),
+        "claims": verdicts,
+        "table": table,
     }
     write_verdicts(out, record)
     show(verdicts)
@@ -319,14 +342,37 @@ def reproduce_all(args: argparse.Namespace) -> int:
         record = SWEEPS / experiment / f"{verdict_stem(name)}.json"
         if record.is_file() and not args.dry_run:
             r = json.loads(record.read_text())
-            rows.append((name, fmt(r["counts"]), r["wall_s"], time.perf_counter() - start))
+            holm = counts(r["claims"], "holm_status")
+            said = f"{counts(r['claims'], 'status')} (Holm: {holm})"
+            rows.append((name, said, r["wall_s"], time.perf_counter() - start))
     if rows:
         table = Table("finding", "verdicts", "sweep wall (min)", "this command (min)")
-        for name, counts, sweep_s, spent in rows:
-            table.add_row(name, counts, f"{sweep_s / 60:.1f}", f"{spent / 60:.1f}")
+        for name, said, sweep_s, spent in rows:
+            table.add_row(name, said, f"{sweep_s / 60:.1f}", f"{spent / 60:.1f}")
         total = sum(r[2] for r in rows) / 60
         console.print(table)
         console.print(f"sweeps' wall time in all: {total:.1f} min")
+    return code
+
+
+def recompute_all(paths: list[Path]) -> int:
+    """Each verdict.json's claims decided again from its own table; 1 when one differs."""
+    code = 0
+    for path in paths:
+        path = path / "verdict.json" if path.is_dir() else path
+        record = read_verdict(path)
+        if record is None or "table" not in record:
+            console.print(f"error: {path} holds no verdict table to recompute", markup=False)
+            code = 1
+            continue
+        again = recompute(record)
+        differs = [a["id"] for a, b in zip(again, record["claims"], strict=False) if a != b]
+        if len(again) != len(record["claims"]):
+            differs.append("the number of claims")
+        same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"
+        registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
+        console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
+        code = max(code, int(bool(differs)))
     return code
 
 

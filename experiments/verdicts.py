@@ -13,8 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from analysis.findings import FINDINGS, Verdict
-from analysis.findings.common import SIDE_TEXT
+from analysis.findings import FINDINGS, VERDICTS
 from analysis.variants import md_cell
 from experiments.sweep import console
 from runs.record import FINISHED
@@ -34,38 +33,51 @@ def cell(text: Any) -> str:
     return str(text).replace("|", "\\|")  # a pipe would end the table cell
 
 
-def said(measured: dict, note: str) -> str:
-    """A verdict's measured numbers, then its note (an edge of the grid, why not testable)."""
-    return "; ".join(x for x in (fmt(measured), note) if x)
-
-
-def effects(intervals: dict[str, dict]) -> str:
-    """Each effect a verdict was decided on: its value, 95% interval, seeds and margin."""
+def effects(found: dict[str, dict]) -> str:
+    """Each effect a verdict was decided on: its estimate, 95% interval (or test) and seeds."""
     out = []
-    for name, ci in intervals.items():
-        n = "/".join(map(str, ci["n"]))
-        if isinstance(ci["effect"], float) and math.isnan(ci["effect"]):
-            shown = "undefined (both arms diverged)"
-        elif isinstance(ci["effect"], str) or ci["lo"] == ci["hi"]:
-            shown = f"{ci['effect']} ({ci['method']})"
-        elif ci.get("scale") == "log":  # a factor: the ratio of geometric means
-            shown = f"x{ci['effect']:.3g} [x{ci['lo']:.3g}, x{ci['hi']:.3g}]"
+    for name, e in found.items():
+        n = "/".join(map(str, e["n"]))
+        if e["scale"] == "rate" and "k" in e and math.isnan(e["lo"]):  # two rates, Fisher
+            shown = f"{'/'.join(map(str, e['k']))} of {n}, p={e['p_pass']:.3g} (Fisher)"
+        elif e["scale"] == "rate":
+            k = "/".join(map(str, e["k"]))
+            shown = f"{e['effect']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}] ({k} of {n})"
+        elif e["lo"] == e["hi"]:
+            shown = f"{e['effect']:.4g} ({e['method']})"
+        elif e["scale"] == "log":  # a factor: the ratio of geometric means
+            shown = f"x{e['effect']:.3g} [x{e['lo']:.3g}, x{e['hi']:.3g}]"
         else:
-            shown = f"{ci['effect']:+.3f} [{ci['lo']:+.3f}, {ci['hi']:+.3f}]"
-        out.append(f"{name}: {shown}, n={n}, claim {SIDE_TEXT[ci['side']].format(m=ci['margin'])}")
+            shown = f"{e['effect']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}]"
+        out.append(f"{name}: {shown}, n={n} -> {e['outcome']}")
     return "; ".join(out) or "–"
+
+
+def arms(found: dict[str, dict]) -> str:
+    """Each arm a verdict read: its lr (when the rule chose one), runs and their outcomes."""
+    out = []
+    for name, a in found.items():
+        lr = f" at lr {a['lr']:g}{' (grid edge)' if a.get('edge') else ''}" if "lr" in a else ""
+        outcomes = ", ".join(f"{a[k]} {k}" for k in ("trained", "stalled", "diverged") if a.get(k))
+        out.append(f"{name}{lr}: {outcomes or 'no runs'}")
+    return "; ".join(out)
 
 
 def over(record: dict) -> str:
     return f" over {record['launches']} launches" if record.get("launches", 1) > 1 else ""
 
 
+def counts(claims: list[dict], key: str) -> str:
+    found = [c[key] for c in claims if c["counted"]]
+    return ", ".join(f"{found.count(s)} {s}" for s in VERDICTS if found.count(s))
+
+
 def verdict_markdown(record: dict) -> str:
-    counts = ", ".join(f"{n} {s}" for s, n in record["counts"].items() if n)
     if record["kind"] == "init_probe":
         what = f"{record['n_runs']} init-probe jobs (scripts/init_probe.py, no training)"
     else:
         what = f"{record['n_runs']} runs ({fmt(record['run_status']) or 'none finished'})"
+    claims = record["claims"]
     lines = [
         f"# {record['title']}",
         "",
@@ -74,28 +86,27 @@ def verdict_markdown(record: dict) -> str:
         f"Time: {record['wall_s'] / 60:.1f} min wall{over(record)} on {record['cpus']} CPUs at "
         f"load average {record['load_start']:.1f} -> {record['load_end']:.1f}; "
         f"{record['cpu_s'] / 60:.1f} CPU-min in all.  ",
-        f"Verdicts: {counts}. Report and plots: [report/report.md](report/report.md).",
+        f"Registry {record['registry']}. Verdicts (counted claims): {counts(claims, 'status')}; "
+        f"Holm-adjusted within the finding: {counts(claims, 'holm_status')}. Report and plots: "
+        "[report/report.md](report/report.md).",
         "",
-        "| claim | statement (source) | effect, 95% interval, seeds, margin | measured | "
-        "threshold | verdict |",
-        "|---|---|---|---|---|---|",
+        "| claim | statement (source) | rule | effects | arms | verdict | Holm | mode |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for c in record["claims"]:
-        cells = [c["id"], f"{c['statement']} ({c['source']})", effects(c.get("intervals", {}))]
-        cells += [said(c["measured"], c["note"]), c["threshold"] or "–", f"**{c['status']}**"]
+    for c in claims:
+        statement = f"{c['statement']} ({c['source']})" + (
+            "" if c["counted"] else " [check, not counted]"
+        )
+        rule = c["rule"] + (f"; departs: {c['departs']}" if c["departs"] else "")
+        note = f" {c['note']}" if c["note"] else ""
+        cells = [c["id"], statement, rule, effects(c["effects"]) + note, arms(c["arms"]),
+                 f"**{c['status']}**", c["holm_status"], c["mode"]]  # fmt: skip
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
-    losses = (
-        ""
-        if record["kind"] == "init_probe"
-        else "Losses: mean over seeds of each run's best val loss; inf: a run diverged. "
-    )
     lines += [
         "",
-        f"{losses}Effects, each over seeds (analysis/stats.py): a difference of arms' means "
-        "(or a weighted sum of them) with its 95% Welch t interval; one arm's mean with its t "
-        "interval; a factor named with '/' or 'growth' as the ratio of geometric means, its "
-        "interval taken on the logs. PASS when the interval lies on the claim's side of its "
-        "margin, FAIL when on the other, INCONCLUSIVE when it straddles the margin.",
+        "Every per-run value these verdicts read is in verdict.json's `table`; "
+        "`python scripts/reproduce.py --recompute <dir>` decides them again from it "
+        "(analysis/findings/judge.py says how).",
     ]
     left_out = {s: n for s, n in record["run_status"].items() if s not in FINISHED}
     if left_out:
@@ -247,13 +258,13 @@ def swap(new: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def show(verdicts: list[Verdict]) -> None:
-    table = Table("claim", "statement", "effect [95% interval]", "measured", "verdict")
+def show(verdicts: list[dict]) -> None:
+    table = Table("claim", "statement", "effects [95% interval]", "verdict", "Holm")
     colors = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "magenta", "NOT TESTABLE": "blue"}
     for v in verdicts:
-        measured = "; ".join(x for x in (said(v.measured, v.note), v.threshold) if x)
-        color = colors.get(v.status, "yellow")
-        table.add_row(v.id, v.statement, effects(v.intervals), measured, f"[{color}]{v.status}")
+        shown = effects(v["effects"]) + (f"; {v['note']}" if v["note"] else "")
+        color = colors.get(v["status"], "yellow")
+        table.add_row(v["id"], v["statement"], shown, f"[{color}]{v['status']}", v["holm_status"])
     console.print(table)
 
 

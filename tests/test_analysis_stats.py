@@ -75,24 +75,6 @@ def test_seeds_needed_clears_the_margin_at_that_many_seeds() -> None:
     assert stats.seeds_needed(on_margin, 0.05, "below") is None
 
 
-def test_the_verdict_table_shows_each_effect_with_its_interval_and_margin() -> None:
-    from analysis.findings import decide_finding
-    from experiments.verdicts import effects, verdict_markdown
-    from tests.reports import row
-
-    rows = [row([3.0, 3.1], placement="post", lr=1e-3, warmup_steps=0)]
-    rows += [row([2.5, 2.6], placement="post", lr=1e-3, warmup_steps=100)]
-    f2a = decide_finding("f2", {"variants": rows}, ReproduceConfig(ref_lr=1e-3))[0]
-    # 0.5 ± t(0.975, 2) * sqrt(0.005/2 + 0.005/2) = 0.5 ± 4.3027 * 0.0707
-    assert effects(f2a.intervals) == "gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1"
-    record = {
-        "title": "F2", "command": "c", "experiment": "f2_warmup", "kind": "train", "n_runs": 4,
-        "run_status": {"completed": 4}, "wall_s": 60, "cpus": 2, "load_start": 0.0,
-        "load_end": 0.0, "cpu_s": 60, "counts": {"PASS": 1}, "claims": [f2a.to_dict()],
-    }  # fmt: skip
-    assert "| gap: +0.500 [+0.196, +0.804], n=2/2, claim >= 0.1 |" in verdict_markdown(record)
-
-
 def test_interval_from_a_summary_is_the_t_interval() -> None:
     # one seed: unbounded
     assert stats.interval_from(2.4, None, 1) == (-math.inf, math.inf)

@@ -1,13 +1,30 @@
-"""Findings as code: each reproduction's published claims, decided PASS / FAIL / INCONCLUSIVE /
-NOT TESTABLE / NO DATA from a sweep's report.json. registry.py lists them, decide.py decides
-them; common.py holds what every check shares (analysis/stats.py the intervals); the checks live
-in one module per family (init: F1, depth: F2-F4 and the placement
-studies, norms: F5 and F7, lr: F6 and F13, stability: F8, F10, F12).
+"""Findings as declared data: each reproduction's published claims (registry.py), what a claim
+is (declare.py), the per-run values they are decided on (measures.py: one table per finding,
+published in verdict.json) and the judge that decides them from that table alone (judge.py).
+
+    decide_finding("f3", report, reproduce)  ->  (table, verdicts)
+    recompute(record)                        ->  the verdicts of a published verdict.json
 """
 
-from analysis.findings.common import VERDICTS, NoData, Verdict
-from analysis.findings.decide import decide_finding
-from analysis.findings.registry import ALIASES, FINDINGS, Claim, Finding
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis.findings.declare import (
+    Claim,
+    Finding,
+    Frozen,
+    Part,
+    registry_hash,
+)
+from analysis.findings.judge import VERDICTS, NoData, confirm_lrs, judge_finding
+from analysis.findings.measures import CURVE_MEASURES, PROBE_MEASURES, table
+from analysis.findings.registry import ALIASES, FINDINGS
+from analysis.findings.settings import ReproduceConfig
+
+FROZEN = Path(__file__).with_name("frozen.json")  # written by the freeze (docs/reproducing.md)
 
 __all__ = [
     "ALIASES",
@@ -16,6 +33,65 @@ __all__ = [
     "Claim",
     "Finding",
     "NoData",
-    "Verdict",
+    "confirm_lrs",
     "decide_finding",
+    "fresh_seeds",
+    "hash_now",
+    "recompute",
+    "wanted",
 ]
+
+
+def frozen() -> Frozen | None:
+    """The freeze's record, or None before the registry is frozen."""
+    return Frozen(**json.loads(FROZEN.read_text())) if FROZEN.is_file() else None
+
+
+def wanted(finding: Finding) -> set[str]:
+    """Every per-run measure the finding's claims (and their gates) read."""
+    parts: list[Part] = [p for c in finding.claims for p in c.parts]
+    parts += [c.gate.part for c in finding.claims if c.gate and c.gate.part]
+    found = {p.measure for p in parts} | {"best_val_loss"}  # the lr rule reads the loss
+    if any(p.estimand.startswith("curve") for p in parts):
+        found |= set(CURVE_MEASURES)
+    return found if not found & set(PROBE_MEASURES) else set(PROBE_MEASURES)
+
+
+def settings_of(reproduce: ReproduceConfig) -> dict[str, Any]:
+    return {"ref_lr": reproduce.ref_lr, "lr": reproduce.lr, "max_steps": reproduce.max_steps,
+            "warmup_steps": reproduce.warmup_steps}  # fmt: skip
+
+
+def fresh_seeds(finding: Finding) -> list[int]:
+    """The confirmatory run's seeds once the registry is frozen (none before)."""
+    found = frozen()
+    return list(range(found.first_seed, found.first_seed + finding.seeds)) if found else []
+
+
+def decide_seeds(report: dict, reproduce: ReproduceConfig) -> list:
+    """The seeds a finding is decided on: the freeze's fresh seeds where the sweep ran them,
+    else the experiment's confirming seeds (a pilot), else none (every seed: exploratory)."""
+    seeds = {r.get("seed") for v in report.get("variants", []) for r in v["runs"]}
+    first = (frozen() or Frozen("")).first_seed
+    fresh = sorted(s for s in seeds if isinstance(s, int) and s >= first)
+    return fresh or sorted(set(reproduce.confirm.seeds if reproduce.confirm else ()) & seeds)
+
+
+def decide_finding(
+    name: str, report: dict, reproduce: ReproduceConfig | None = None
+) -> tuple[dict, list[dict]]:
+    """The finding's per-run table read from ``report`` and every claim decided on it."""
+    reproduce = reproduce or ReproduceConfig()
+    finding = FINDINGS[ALIASES.get(name, name)]
+    runs = table(report, wanted(finding), settings_of(reproduce), decide_seeds(report, reproduce))
+    return runs, judge_finding(finding, runs, frozen())
+
+
+def recompute(record: dict) -> list[dict]:
+    """A published verdict.json's verdicts, decided again from its own table alone."""
+    finding = FINDINGS[record["finding"]]
+    return judge_finding(finding, record["table"], frozen())
+
+
+def hash_now() -> str:
+    return registry_hash(FINDINGS)

@@ -1,284 +1,551 @@
-"""The published claims each reproduction checks: every finding, its experiment, its claims, the
-check that decides each (the checks live in one module per family: init, depth, norms, lr,
-placements, stability) and the margins it is decided by, fixed here before the sweep runs (their
-values and reasons: analysis/findings/claims.py).
+"""Every finding and its claims, declared (analysis/findings/declare.py says what the fields
+mean, judge.py how they are decided). A change to a claim here changes its hash: a claim
+changed after its confirmatory run is exploratory again, and the change goes into its finding's
+ledger (docs/findings/<id>/README.md) with the verdict before and after on the same data.
+
+Margins, one value per word across the findings, on each measure's own scale:
+    WORSE = 0.10 nats   "ends worse" (GPT losses ~2 nats)
+    CLOSE = 0.05 nats   "matches" / "as well as" / "costs nothing"
+    FAILS = 0.20 nats   "fails at depth": a gap no seed noise reaches (a stalled Post-LN sits
+                        0.6-2 above)
+    DEEP_OK = 0.30 nats "trains at depth": deepest within this of the shallowest; with one
+                        depth, ends at least this far below the unigram loss
+    F4_TOL = 0.02 nats  "slightly better"
+    FACTOR = 1.5        losses of the ViT (0.1-0.4 nats): the same words as a ratio of losses
+    MOST = 0.5          "trains" as a rate: more than half of the runs train (exact interval)
+    UPDATE_RATIO = 2.0  "update larger early" (DeepNet reports orders of magnitude)
+    FLAT_SLOPE = 0.15   F1 "bounded independently of L": log-log slope at most this (theory 0)
+    SHRINK_SLOPE = -0.3 F1 "shrinks": slope under this (theory -0.5)
+    FLAT_RATIO = 1.5    F1c "flat across layers": last/first within [1/1.5, 1.5]
+    GROW_RATIO = 2.0    F1 "grows across layers"
+    LOGIT_GROWTH = 10   the max attention logit rises >= sqrt(10) a decade of lr; at the top lr
+                        QK-norm's is >= 10x below
+    SENS_GAP = 0.03     "lowers the LR sensitivity": about one seed sd of a sensitivity
+    SPAN_UP = 10        F13c "similar loss across lr": within 0.10 of the best up to 10x above it
+    ACC_FACTOR = 1.25   F7: a val-loss factor (accuracy sits at its ceiling, ~0.97)
+    RMS_GROWTH = 1.2, NEAR_ONE = 0.9, COS_DROP = 0.01   F9 (linear variance growth: 1.41)
+    GROWS = 2.0         "grows" / "far above"
+    FLOOR = 0.1 nats    "entropy collapses": one key taking 99% of a row leaves ~0.08
+    DRIFT = 1.0 nat     "log Z diverges": falls this far below its end-of-warmup value
+    LONG_RUN = 1e4      steps: Wortsman et al.'s output-logit divergence comes late in ~1e5
+
+Seeds per arm (``seeds``): SEEDS for an interval claim, RATE_SEEDS for a rate, where a rate's
+exact interval of n out of n first clears MOST at n = 6; the pilots' power calculation that
+fixes them claim by claim is docs/reproducing.md's next step, before the freeze.
 """
 
 from __future__ import annotations
 
-from analysis.findings.claims import (
-    ACC_FLAT,
-    ACC_GAP,
-    CLOSE,
-    DEEP_OK,
-    F4_TOL,
-    FAILS,
-    FLAT_RATIO,
-    FLAT_SLOPE,
-    GROW_RATIO,
-    SHRINK_SLOPE,
-    UPDATE_RATIO,
-    WORSE,
-    Claim,
-    Figure,
-    Finding,
-)
-from analysis.findings.depth import (
-    deep_others_train,
-    deep_post_fails,
-    f2_post_needs_warmup,
-    f2_pre_no_warmup,
-    post_update_jumps,
-    shallow_post_matches,
-    trains_deep,
-)
-from analysis.findings.init import (
-    f1_post_grad_flat,
-    f1_post_residual_flat,
-    f1_pre_grad_shrinks,
-    f1_pre_residual_grows,
-)
-from analysis.findings.norms import (
-    f7_batchnorm_degrades,
-    f7_token_norms_flat,
-    rmsnorm_matches,
-)
-from analysis.findings.placements import (
-    no_worse,
-    stalls_above,
-)
-from analysis.findings.registry_probes import PROBED
+from analysis.block_profile import plot_profiles
+from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Claim, Figure, Finding, Gate
+from analysis.findings.declare import Part as P
 
-XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+WORSE, CLOSE, FAILS, DEEP_OK, F4_TOL, FACTOR, MOST = 0.10, 0.05, 0.20, 0.30, 0.02, 1.5, 0.5
+UPDATE_RATIO, FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 2.0, 0.15, -0.3, 1.5, 2.0
+LOGIT_GROWTH, SENS_GAP, SPAN_UP, ACC_FACTOR = 10.0, 0.03, 10.0, 1.25
+RMS_GROWTH, NEAR_ONE, COS_DROP, GROWS, FLOOR, DRIFT, LONG_RUN = 1.2, 0.9, 0.01, 2.0, 0.1, 1.0, 1e4
+SEEDS, RATE_SEEDS = 5, 8
+
+XIONG, LIU, WANG, WORTSMAN = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022", \
+    "Wortsman et al. 2023"  # fmt: skip
+KIM, SUN, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Sun et al. 2025", "Zhai et al. 2023"
+QK, Z, BATCH = "model.qk_norm", "optim.z_loss", "data.batch_size"
+SHORT = "runs of a few hundred steps at d=64 on a small text corpus"
 
 
-DEPTH_CLAIMS = (
+def at(placement: str, depth: str = MAX, **more) -> dict:
+    return {"placement": placement, "n_layer": depth, **more}
+
+
+def trains(cid: str, placement: str, source: str, statement: str = "") -> Claim:
+    """The league's "X trains at depth": most runs train, and end DEEP_OK below the unigram."""
+    return Claim(
+        cid, statement or f"{placement} trains at depth (12 layers)", source,
+        (P("rate", (at(placement),), MOST, "above", event="trained"),
+         P("mean", (at(placement),), DEEP_OK, "above", measure="unigram_gap")),
+        RATE_SEEDS, departs=SHORT,
+    )  # fmt: skip
+
+
+F1 = Finding(
+    "f1_init",
+    "F1: gradients and residual norms at initialization vs depth",
+    (
+        Claim(
+            "F1a",
+            "Post-LN's last-layer FFN gradient norm does not grow with depth (Theorem 1 "
+            "bounds it independently of L)",
+            XIONG,
+            (P("slope", ({"placement": "post"},), FLAT_SLOPE, "below", measure="last_fc2"),),
+            SEEDS,
+            lr="fixed",
+        ),
+        Claim(
+            "F1b",
+            "Pre-LN's last-layer FFN gradient norm shrinks with depth",
+            XIONG,
+            (P("slope", ({"placement": "pre"},), SHRINK_SLOPE, "below", measure="last_fc2"),),
+            SEEDS,
+            lr="fixed",
+        ),
+        Claim(
+            "F1c",
+            "Post-LN's residual norm is flat across layers (an implementation check: "
+            "each Post-LN block ends in a unit-gain LayerNorm)",
+            XIONG,
+            (
+                P("ratio", (at("post"),), 1 / FLAT_RATIO, "above", measure="act_ratio"),
+                P("ratio", (at("post"),), FLAT_RATIO, "below", measure="act_ratio"),
+            ),
+            SEEDS,
+            lr="fixed",
+            counted=False,
+        ),
+        Claim(
+            "F1d",
+            "Pre-LN's residual norm grows across layers",
+            XIONG,
+            (P("ratio", (at("pre"),), GROW_RATIO, "above", measure="act_ratio"),),
+            SEEDS,
+            lr="fixed",
+        ),
+    ),
+    mode="init_probe",
+    plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"),
+)
+
+WARM = {"lr": REF_LR, "warmup_steps": MAX}
+COLD = {"lr": REF_LR, "warmup_steps": 0}
+F2 = Finding(
+    "f2_warmup",
+    "F2: Post-LN needs learning-rate warmup, Pre-LN does not",
+    (
+        Claim(
+            "F2a",
+            "Post-LN without warmup ends worse than with it",
+            XIONG,
+            (
+                P(
+                    "pairs",
+                    ({"placement": "post", **COLD}, {"placement": "post", **WARM}),
+                    MOST,
+                    "above",
+                    by=WORSE,
+                    name="seeds where no-warmup ends worse (stalls, or >= 0.10)",
+                ),
+            ),
+            RATE_SEEDS,
+            lr="fixed",
+            departs=SHORT,
+        ),
+        Claim(
+            "F2b",
+            "Pre-LN without warmup ends as well as with it",
+            XIONG,
+            (
+                P(
+                    "paired",
+                    ({"placement": "pre", **COLD}, {"placement": "pre", **WARM}),
+                    CLOSE,
+                    "below",
+                ),
+            ),
+            SEEDS,
+            lr="fixed",
+            departs=SHORT,
+        ),
+    ),
+)
+
+DEPTH = (
     Claim(
-        "deep-post-fails",
-        "Post-LN fails at the deepest depth",
+        "F3a",
+        "Post-LN ends far worse than Pre-LN and DeepNorm at the deepest depth",
         LIU,
-        deep_post_fails,
-        margins={"fails": FAILS},
+        (
+            P("diff", (at("post"), at("pre")), FAILS, "above"),
+            P("diff", (at("post"), at("deepnorm")), FAILS, "above"),
+        ),
+        SEEDS,
+        departs=SHORT,
     ),
     Claim(
-        "deep-others-train",
+        "F3b",
         "Pre-LN and DeepNorm train at every depth",
         WANG,
-        deep_others_train,
-        margins={"deep_ok": DEEP_OK},
+        (
+            P("diff", (at("pre"), at("pre", MIN)), DEEP_OK, "below"),
+            P("diff", (at("deepnorm"), at("deepnorm", MIN)), DEEP_OK, "below"),
+        ),
+        SEEDS,
     ),
     Claim(
-        "update-jumps",
-        "Post-LN's model update is larger early than DeepNorm's",
+        "F3c",
+        "Post-LN's model update is larger early in training than DeepNorm's",
         WANG,
-        post_update_jumps,
-        margins={"update_ratio": UPDATE_RATIO},
+        (
+            P(
+                "ratio2",
+                (at("post", lr=RUN_LR), at("deepnorm", lr=RUN_LR)),
+                UPDATE_RATIO,
+                "above",
+                measure="early_update",
+            ),
+        ),
+        SEEDS,
+        lr="fixed",
+    ),
+    Claim(
+        "F4",
+        "Shallow Post-LN with warmup ends at least as well as Pre-LN",
+        LIU,
+        (P("diff", (at("post", MIN), at("pre", MIN)), F4_TOL, "below"),),
+        SEEDS,
     ),
 )
-# Findings decided from training runs' losses and accuracies; those decided from the probes'
-# series are in analysis/findings/registry_probes.py.
-TRAINED: dict[str, Finding] = {
-    "f1": Finding(
-        "f1_init",
-        "F1: gradients and residual norms at initialization vs depth",
+F3 = Finding(
+    "f3_depth",
+    "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow Post-LN ends better",
+    DEPTH,
+    plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
+)
+
+VIT_UPDATE = {"lr": RUN_LR, "warmup_steps": 20}  # the update is compared with warmup
+VIT = Finding("vit_depth", "ViT on digits: depth stability without warmup, each arm at its best "
+              "learning rate", (
+    Claim("V1", "Post-LN ends worse than Pre-LN and DeepNorm at the deepest depth", LIU,
+          (P("ratio2", (at("post"), at("pre")), FACTOR, "above"),
+           P("ratio2", (at("post"), at("deepnorm")), FACTOR, "above")), SEEDS),
+    Claim("V2", "Pre-LN and DeepNorm train at every depth", WANG,
+          (P("ratio2", (at("pre"), at("pre", MIN)), FACTOR, "below"),
+           P("ratio2", (at("deepnorm"), at("deepnorm", MIN)), FACTOR, "below")), SEEDS),
+    Claim("V3", "Post-LN's model update is larger early in training than DeepNorm's", WANG,
+          (P("ratio2", (at("post", **VIT_UPDATE), at("deepnorm", **VIT_UPDATE)), UPDATE_RATIO,
+             "above", measure="early_update"),), SEEDS, lr="fixed"),
+), plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"))  # fmt: skip
+
+F5 = Finding(
+    "f5_norms",
+    "F5: RMSNorm matches LayerNorm",
+    (
+        Claim(
+            "F5",
+            "RMSNorm trains as LayerNorm does and matches its best val loss",
+            "Zhang & Sennrich 2019",
+            (
+                P(
+                    "rate",
+                    ({"placement": EACH, "norm": "rmsnorm"},),
+                    MOST,
+                    "above",
+                    event="trained",
+                ),
+                P(
+                    "diff",
+                    (
+                        {"placement": EACH, "norm": "rmsnorm"},
+                        {"placement": EACH, "norm": "layernorm"},
+                    ),
+                    CLOSE,
+                    "within",
+                    among="trained",
+                ),
+            ),
+            RATE_SEEDS,
+            departs=SHORT,
+        ),
+    ),
+    plots=("lr_sensitivity.png", "loss_curves.png"),
+)
+
+
+def batch_drop(norm: str) -> P:
+    return P(
+        "contrast",
         (
-            Claim(
-                "F1a",
-                "Post-LN's last-layer FFN grad norm does not scale with depth (Theorem 1 bounds it "
-                "independently of L)",
-                XIONG,
-                f1_post_grad_flat,
-                margins={"flat_slope": FLAT_SLOPE},
+            {"norm": "batchnorm", BATCH: MIN},
+            {"norm": "batchnorm", BATCH: MAX},
+            {"norm": norm, BATCH: MIN},
+            {"norm": norm, BATCH: MAX},
+        ),
+        ACC_FACTOR,
+        "above",
+        weights=(1, -1, -1, 1),
+        log=True,
+        name=f"batchnorm's val-loss factor small/large batch / {norm}'s",
+    )
+
+
+def batch_flat(norm: str) -> tuple[P, P]:
+    arms = ({"norm": norm, BATCH: MIN}, {"norm": norm, BATCH: MAX})
+    return (P("ratio2", arms, 1 / ACC_FACTOR, "above"), P("ratio2", arms, ACC_FACTOR, "below"))
+
+
+F7 = Finding("f7_batch_stats", "F7: BatchNorm depends on the batch size; LayerNorm and RMSNorm "
+             "do not", (
+    Claim("F7a", "BatchNorm's val loss rises at a small batch more than LayerNorm's and "
+          "RMSNorm's", "Ioffe & Szegedy 2015; Wu & He 2018",
+          (batch_drop("layernorm"), batch_drop("rmsnorm")), SEEDS, lr="fixed"),
+    Claim("F7b", "LayerNorm's and RMSNorm's val loss do not depend on the batch size",
+          "Ba et al. 2016; Zhang & Sennrich 2019",
+          (*batch_flat("layernorm"), *batch_flat("rmsnorm")), SEEDS, lr="fixed"),
+), plots=("loss_curves.png", "acc_vs_batch.png"),
+    figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),))  # fmt: skip
+
+LEAGUE = Finding("placements_depth", "The placements league: every placement 12 layers deep, "
+                 "each at its stable best learning rate", (
+    Claim("P1", "Post-LN ends far worse than Pre-LN and DeepNorm at depth", LIU,
+          (P("diff", (at("post"), at("pre")), FAILS, "above"),
+           P("diff", (at("post"), at("deepnorm")), FAILS, "above")), SEEDS, departs=SHORT),
+    trains("P2", "pre", XIONG),
+    trains("P3", "deepnorm", WANG),
+    trains("P4", "sandwich", "Ding et al. 2021; Kim et al. 2025"),
+    trains("P5", "admin", LIU),
+    trains("P6", "rezero", "Bachlechner et al. 2020",
+           "ReZero trains at depth at the best rate where its grid seeds all trained"),
+    trains("P7", "ngpt", "Loshchilov et al. 2024"),
+), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+
+F11 = Finding("f11_admin", "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls (24 "
+              "layers, 150 warmup steps of 600, each arm at its stable best learning rate)", (
+    Claim("F11a", "Post-LN ends far worse than Pre-LN at the deepest depth", LIU,
+          (P("diff", (at("post"), at("pre")), FAILS, "above"),), SEEDS),
+    Claim("F11b", "Admin ends far better than Post-LN at that depth", LIU,
+          (P("diff", (at("post"), at("admin")), FAILS, "above"),), SEEDS),
+    Claim("F11c", "Admin ends at least as well as Pre-LN at every depth", LIU,
+          (P("diff", (at("admin", EACH), at("pre", EACH)), CLOSE, "below"),), SEEDS),
+), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+
+NO_QK, WITH_QK = {QK: False, Z: 0.0}, {QK: True, Z: 0.0}
+F6 = Finding(
+    "f6_lr_sensitivity",
+    "F6: attention logits at high learning rates, and QK-norm",
+    (
+        Claim(
+            "F6a",
+            "Without QK-norm the max attention logit grows with the learning rate",
+            WORTSMAN,
+            (
+                P(
+                    "ratio2",
+                    ({**NO_QK, "lr": MAX}, {**NO_QK, "lr": MIN}),
+                    LOGIT_GROWTH**0.5,
+                    "above",
+                    measure="peak_logit",
+                    per_decade=True,
+                ),
             ),
-            Claim(
-                "F1b",
-                "Pre-LN last-layer FFN grad norm shrinks with depth",
-                XIONG,
-                f1_pre_grad_shrinks,
-                margins={"shrink_slope": SHRINK_SLOPE},
+            SEEDS,
+            lr="curve",
+        ),
+        Claim(
+            "F6b",
+            "With QK-norm the max attention logit stays bounded",
+            WORTSMAN,
+            (
+                P(
+                    "ratio2",
+                    ({**WITH_QK, "lr": MAX}, {**WITH_QK, "lr": MIN}),
+                    LOGIT_GROWTH**0.5,
+                    "below",
+                    measure="peak_logit",
+                    per_decade=True,
+                ),
+                P(
+                    "ratio2",
+                    ({**NO_QK, "lr": MAX}, {**WITH_QK, "lr": MAX}),
+                    LOGIT_GROWTH,
+                    "above",
+                    measure="peak_logit",
+                ),
             ),
-            Claim(
-                "F1c",
-                "Post-LN residual norm is flat across layers",
-                XIONG,
-                f1_post_residual_flat,
-                margins={"flat_ratio": FLAT_RATIO},
+            SEEDS,
+            lr="curve",
+        ),
+        Claim(
+            "F6c",
+            "At the highest learning rates QK-norm ends with a lower loss",
+            WORTSMAN,
+            (
+                P(
+                    "diff",
+                    ({**NO_QK, "lr": EACH}, {**WITH_QK, "lr": EACH}),
+                    WORSE,
+                    "above",
+                    measure="final_val_loss",
+                    top=2,
+                ),
             ),
-            Claim(
-                "F1d",
-                "Pre-LN residual norm grows across layers",
-                XIONG,
-                f1_pre_residual_grows,
-                margins={"grow_ratio": GROW_RATIO},
+            SEEDS,
+            lr="curve",
+        ),
+    ),
+    plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
+    figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),),
+)
+
+F8 = Finding("f8_residual", "F8: the residual stream of Pre-LN grows with depth and training; "
+             "Peri-LN's grows more slowly", (
+    Claim("F8a", "In Pre-LN the residual stream's RMS grows with depth", KIM,
+          (P("ratio", ({"placement": "pre"},), GROWS, "above", measure="act_depth_ratio"),),
+          SEEDS, lr="fixed"),
+    Claim("F8b", "In Pre-LN the residual stream's RMS and largest values grow in training", KIM,
+          (P("ratio", ({"placement": "pre"},), GROWS, "above", measure="rms_growth"),
+           P("ratio", ({"placement": "pre"},), GROWS, "above", measure="max_growth")), SEEDS,
+          lr="fixed"),
+    Claim("F8c", "Peri-LN's (sandwich's) last-layer RMS grows in training more slowly than "
+          "Pre-LN's", KIM,
+          (P("ratio2", ({"placement": "pre"}, {"placement": "sandwich"}), GROWS, "above",
+             measure="rms_growth"),), SEEDS, lr="fixed"),
+), plots=("heat_act_norm.png", "heat_act_max.png", "loss_curves.png"))  # fmt: skip
+
+F9 = Finding(
+    "f9_depth_curse",
+    "F9: the curse of depth in Pre-LN, and LayerNorm Scaling",
+    (
+        Claim(
+            "F9a",
+            "Pre-LN's residual stream RMS still grows in the later half",
+            SUN,
+            (P("ratio", (at("pre"),), RMS_GROWTH, "above", measure="rms_late_growth"),),
+            SEEDS,
+        ),
+        Claim(
+            "F9b",
+            "Pre-LN's later blocks barely change their input (cosine near 1)",
+            SUN,
+            (P("mean", (at("pre"),), NEAR_ONE, "above", measure="cos_late"),),
+            SEEDS,
+        ),
+        Claim(
+            "F9c",
+            "LayerNorm Scaling lowers the later half's cosine",
+            SUN,
+            (P("diff", (at("pre"), at("lns")), COS_DROP, "above", measure="cos_late"),),
+            SEEDS,
+            gate=Gate(
+                "no depth-wise variance growth in Pre-LN for LNS to damp",
+                P("ratio", (at("pre"),), RMS_GROWTH, "above", measure="rms_late_growth"),
+            ),
+            departs="24 layers of width 64 for 200 steps; the paper's models are 130M-7B LLMs "
+            "trained for billions of tokens",
+        ),
+        Claim(
+            "F9d",
+            "LayerNorm Scaling ends no worse than Pre-LN",
+            SUN,
+            (P("diff", (at("lns"), at("pre")), CLOSE, "below"),),
+            SEEDS,
+        ),
+    ),
+    plots=("block_profile.png", "heat_block_cos.png", "loss_curves.png"),
+    draws=(plot_profiles,),
+)
+
+F10 = Finding("f10_entropy", "F10: attention entropy collapse at high rates, and QK-norm", (
+    Claim("F10a", "Without QK-norm attention entropy collapses (to near 0) at high learning "
+          "rates", ZHAI,
+          (P("mean", ({QK: False, "lr": MAX},), FLOOR, "below", measure="min_entropy"),
+           P("mean", ({QK: False, "lr": MIN},), FLOOR, "above", measure="min_entropy")),
+          SEEDS, lr="curve"),
+    Claim("F10b", "QK-norm prevents the entropy collapse: no QK-norm run's entropy falls to "
+          "0.1 nats at any swept rate",
+          "Dehghani et al. 2023 (QK-layernorm against near-one-hot attention); Zhai et al. "
+          "2023 propose sigmaReparam instead",
+          (P("every", ({QK: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"),),
+          SEEDS, lr="curve"),
+    Claim("F10c", "The runs whose entropy collapsed are the unstable ones: without QK-norm, "
+          "runs whose entropy fell to 0.1 nats diverge or stall more often than the others", ZHAI,
+          (P("split", ({QK: False},), 0.0, "above", event="not_trained",
+             where=("min_entropy", "below", FLOOR)),), SEEDS, lr="curve"),
+), plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "sharpness.png"),
+    figures=(Figure("entropy_vs_lr.png", "optim.lr",
+                    ("min_attn_entropy", "max:attn/max_logit", "best_val_loss")),))  # fmt: skip
+
+LONG = Gate("the paper's output-logit divergence comes late in runs of ~1e5 steps (the pilot: "
+            "log Z fell at most 0.02 nats after warmup in 1000 steps)", setting=("max_steps",
+            LONG_RUN))  # fmt: skip
+F12 = Finding(
+    "f12_z_loss",
+    "F12: output logit drift (log Z) at high learning rates, and z-loss",
+    (
+        Claim(
+            "F12a",
+            "Without z-loss log Z diverges (falls far below 0) at high learning rates",
+            WORTSMAN,
+            (
+                P("mean", ({Z: 0.0, "lr": MAX},), DRIFT, "above", measure="log_z_fall"),
+                P("mean", ({Z: 0.0, "lr": MAX},), 0.0, "below", measure="log_z_min"),
+            ),
+            SEEDS,
+            lr="curve",
+            gate=LONG,
+        ),
+        Claim(
+            "F12b",
+            "z-loss 1e-4 keeps |log Z| small at a high learning rate",
+            WORTSMAN,
+            (
+                P(
+                    "ratio2",
+                    ({Z: MAX, "lr": MAX}, {Z: 0.0, "lr": MAX}),
+                    0.5,
+                    "below",
+                    measure="final_abs_log_z",
+                ),
+            ),
+            SEEDS,
+            lr="curve",
+            gate=LONG,
+        ),
+        Claim(
+            "F12c",
+            "z-loss 1e-4 costs no final loss",
+            WORTSMAN,
+            (P("paired", ({Z: MAX, "lr": REF_LR}, {Z: 0.0, "lr": REF_LR}), CLOSE, "below"),),
+            SEEDS,
+            lr="fixed",
+            gate=Gate(
+                "uninformative: z-loss moved |log Z| by less than 1 nat (inert)",
+                P(
+                    "paired",
+                    ({Z: 0.0, "lr": REF_LR}, {Z: MAX, "lr": REF_LR}),
+                    DRIFT,
+                    "above",
+                    measure="final_abs_log_z",
+                ),
             ),
         ),
-        mode="init_probe",
-        plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"),
     ),
-    "f2": Finding(
-        "f2_warmup",
-        "F2: Post-LN needs learning-rate warmup, Pre-LN does not",
-        (
-            Claim(
-                "F2a",
-                "Post-LN without warmup ends worse than with it",
-                XIONG,
-                f2_post_needs_warmup,
-                margins={"worse": WORSE},
-            ),
-            Claim(
-                "F2b",
-                "Pre-LN without warmup ends as well as with it",
-                XIONG,
-                f2_pre_no_warmup,
-                margins={"close": CLOSE},
-            ),
-        ),
-    ),
-    "f3": Finding(
-        "f3_depth",
-        "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow Post-LN ends better",
-        (
-            *(
-                Claim(f"F3{c}", x.statement, x.source, x.check, margins=x.margins)
-                for c, x in zip("abc", DEPTH_CLAIMS, strict=True)
-            ),
-            Claim(
-                "F4",
-                "Shallow Post-LN with warmup ends at least as well as Pre-LN",
-                LIU,
-                shallow_post_matches,
-                margins={"f4_tol": F4_TOL},
-            ),
-        ),
-        plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
-    ),
-    "f5": Finding(
-        "f5_norms",
-        "F5: RMSNorm matches LayerNorm",
-        (
-            Claim(
-                "F5",
-                "RMSNorm's best val loss matches LayerNorm's",
-                "Zhang & Sennrich 2019",
-                rmsnorm_matches,
-                margins={"close": CLOSE},
-            ),
-        ),
-        plots=("lr_sensitivity.png", "loss_curves.png"),
-    ),
-    "vit": Finding(
-        "vit_depth",
-        "ViT on digits: depth stability without warmup, each arm at its best learning rate",
-        tuple(
-            Claim(f"V{i}", x.statement, x.source, x.check, margins=x.margins)
-            for i, x in enumerate(DEPTH_CLAIMS, 1)
-        ),
-        plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
-    ),
-    "f7": Finding(
-        "f7_batch_stats",
-        "F7: BatchNorm depends on the batch size; LayerNorm and RMSNorm do not",
-        (
-            Claim(
-                "F7a",
-                "BatchNorm's accuracy drops at a small batch more than LayerNorm's and RMSNorm's",
-                "Ioffe & Szegedy 2015; Wu & He 2018",
-                f7_batchnorm_degrades,
-                margins={"acc_gap": ACC_GAP},
-            ),
-            Claim(
-                "F7b",
-                "LayerNorm's and RMSNorm's accuracy do not depend on the batch size",
-                "Ba et al. 2016; Zhang & Sennrich 2019",
-                f7_token_norms_flat,
-                margins={"acc_flat": ACC_FLAT},
-            ),
-        ),
-        plots=("loss_curves.png", "acc_vs_batch.png"),
-        figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),),
-    ),
-    "placements": Finding(
-        "placements_depth",
-        "The placements league: every placement 12 layers deep, each at its best learning rate",
-        (
-            Claim("P1", "Post-LN fails at depth", LIU, deep_post_fails, margins={"fails": FAILS}),
-            Claim(
-                "P2",
-                "Pre-LN trains at depth",
-                XIONG,
-                trains_deep("pre"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-            Claim(
-                "P3",
-                "DeepNorm trains at depth",
-                WANG,
-                trains_deep("deepnorm"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-            Claim(
-                "P4",
-                "Sandwich-LN trains at depth",
-                "Ding et al. 2021; Kim et al. 2025",
-                trains_deep("sandwich"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-            Claim(
-                "P5",
-                "Admin trains at depth",
-                LIU,
-                trains_deep("admin"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-            Claim(
-                "P6",
-                "ReZero trains at depth",
-                "Bachlechner et al. 2020",
-                trains_deep("rezero"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-            Claim(
-                "P7",
-                "nGPT trains at depth",
-                "Loshchilov et al. 2024",
-                trains_deep("ngpt"),
-                margins={"deep_ok": DEEP_OK},
-            ),
-        ),
-        plots=("lr_sensitivity.png", "loss_curves.png"),
-    ),
-    "f11": Finding(
-        "f11_admin",
-        "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls (24 layers, 150 warmup "
-        "steps of 600, each arm at its best learning rate)",
-        (
-            Claim(
-                "F11a",
-                "Post-LN stalls at the deepest depth",
-                LIU,
-                stalls_above("post", "pre"),
-                margins={"fails": FAILS},
-            ),
-            Claim(
-                "F11b",
-                "Admin trains at the depth where Post-LN stalls",
-                LIU,
-                stalls_above("post", "admin"),
-                margins={"fails": FAILS},
-            ),
-            Claim(
-                "F11c",
-                "Admin ends at least as well as Pre-LN",
-                LIU,
-                no_worse("admin", "pre", every_depth=True),
-                margins={"close": CLOSE},
-            ),
-        ),
-        plots=("lr_sensitivity.png", "loss_curves.png"),
-    ),
-}
-ORDER = ("f1", "f2", "f3", "f5", "vit", "f6", "f7", "placements", "f8", "f9", "f10", "f11",
-         "f12", "f13")  # fmt: skip
-FINDINGS: dict[str, Finding] = {k: {**TRAINED, **PROBED}[k] for k in ORDER}
+    plots=("log_z.png", "log_z_vs_lr.png", "loss_curves.png"),
+    figures=(Figure("log_z_vs_lr.png", "optim.lr", ("last:logits/log_z", "best_val_loss")),),
+)
+
+BOTH = {QK: True, Z: MAX}
+F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate with qk-layernorm "
+              "and z-loss (Wortsman et al. 2023, Figure 1)", (
+    Claim("F13a", "qk-layernorm lowers the LR sensitivity while the best loss stays", WORTSMAN,
+          (P("curve", (NO_QK, WITH_QK), SENS_GAP, "above", measure="final_val_loss"),
+           P("curve", (WITH_QK, NO_QK), CLOSE, "below", stat="best", measure="final_val_loss")),
+          SEEDS, lr="curve"),
+    Claim("F13b", "With qk-layernorm on, z-loss lowers the LR sensitivity while the best loss "
+          "stays", WORTSMAN,
+          (P("curve", (WITH_QK, BOTH), SENS_GAP, "above", measure="final_val_loss"),
+           P("curve", (BOTH, WITH_QK), CLOSE, "below", stat="best", measure="final_val_loss")),
+          SEEDS, lr="curve",
+          gate=Gate("no log Z divergence without z-loss for z-loss to act on",
+                    P("mean", ({**WITH_QK, "lr": MAX},), DRIFT, "above", measure="log_z_fall"))),
+    Claim("F13c", "With qk-layernorm and z-loss the loss stays within 0.1 nats of its best up "
+          "to 10x above its best rate, further than without both", WORTSMAN,
+          (P("curve_level", (BOTH,), SPAN_UP, "above", stat="span_up", measure="final_val_loss"),
+           P("curve_ratio", (BOTH, NO_QK), 1.0, "above", stat="span_up",
+             measure="final_val_loss")), SEEDS, lr="curve",
+          departs="the paper's flat curve also has longer warmup, independent decay and "
+                  "muParam, not tested here"),
+), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+
+ORDER = {"f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7,
+         "placements": LEAGUE, "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12,
+         "f13": F13}  # fmt: skip
+FINDINGS: dict[str, Finding] = ORDER
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

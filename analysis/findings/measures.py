@@ -1,0 +1,191 @@
+"""The per-run values claims are decided on, read once from a sweep's report and run dirs into
+one table that verdict.json publishes: a row per finished run (its arm's params, seed, outcome
+and every measure its finding's claims name), so the judge (analysis/findings/judge.py) reads
+nothing else and anyone can recompute a verdict from the file alone.
+
+A run's outcome is ``trained``, ``stalled`` (completed at the plateau: runs.record.did_not_train)
+or ``diverged``; a run that failed (a config error, a crash) is no row, counted in ``left_out``.
+Losses and accuracies are values of runs that completed; a diverged run has none (its outcome
+is the result). Probe-derived values are taken for every finished run, with what it logged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from analysis.block_profile import last_profile
+from analysis.runs import run_series, run_summary
+from runs import metric_names as names
+from runs.record import FINISHED
+
+EARLY_FRACTION = 0.05  # "early": the first 5% of training (DeepNet's update, F3c)
+
+
+class Context:
+    """What one run's measures read: its report record, its depth and the run settings."""
+
+    def __init__(self, run: dict, n_layer: int, settings: dict[str, Any]) -> None:
+        self.run, self.n_layer, self.settings = run, n_layer, settings
+        self.cache: dict[str, list] = {}
+
+    def series(self, metric: str) -> list[tuple[int, float]]:
+        if metric not in self.cache:
+            self.cache[metric] = run_series(self.run["run_dir"], metric)
+        return self.cache[metric]
+
+    def layers(self, prefix: str) -> list[list[tuple[int, float]]]:
+        return [self.series(names.per_layer(prefix, i)) for i in range(self.n_layer)]
+
+    def completed(self, key: str) -> float | None:
+        value = self.run.get(key)
+        ok = self.run["status"] == "completed" and isinstance(value, int | float)
+        return float(value) if ok else None
+
+
+Measure = Callable[[Context], float | None]
+
+
+def at_layers(c: Context, prefix: str, index: int) -> list[float] | None:
+    """Every layer's value at its first (0) or last (-1) logged step; None if one lacks it."""
+    series = c.layers(prefix)
+    return [s[index][1] for s in series] if series and all(series) else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return b / a if a and b is not None else None
+
+
+def after_warmup(c: Context) -> list[float]:
+    warmup = c.settings.get("warmup_steps") or 0
+    return [y for s, y in c.series(names.LOG_Z) if s >= warmup]
+
+
+def early_update(c: Context) -> float | None:
+    end = EARLY_FRACTION * (c.settings.get("max_steps") or 0)
+    early = [y for s, y in c.series(names.UPDATE) if 0 < s <= end]
+    return statistics.fmean(early) if early else None
+
+
+def unigram_gap(c: Context) -> float | None:
+    loss = c.completed("best_val_loss")
+    unigram = (run_summary(Path(c.run["run_dir"])) or {}).get("unigram_loss")
+    return unigram - loss if loss is not None and isinstance(unigram, float) else None
+
+
+def last_rms(c: Context, index: int) -> float | None:
+    found = at_layers(c, names.ACT_NORM, index)
+    return found[-1] if found else None
+
+
+def top_max(c: Context, index: int) -> float | None:
+    found = at_layers(c, names.ACT_MAX, index)
+    return max(found) if found else None
+
+
+def profile(c: Context, key: str) -> float | None:
+    """F9: the block profile at the last probe: the earlier / later half's mean cosine, the
+    RMS growth over the later half (after the last block / after block L/2)."""
+    found = last_profile(c.run["run_dir"], c.n_layer) if c.n_layer >= 4 else None
+    if not found:
+        return None
+    cos, rms, mid = found["cos"], found["rms"], c.n_layer // 2
+    return {
+        "cos_early": lambda: statistics.fmean(cos[:mid]),
+        "cos_late": lambda: statistics.fmean(cos[mid:]),
+        "rms_late_growth": lambda: rms[-1] / rms[mid - 1],
+    }[key]()
+
+
+def min_entropy(c: Context) -> float | None:
+    points = [y for s in c.layers(names.ATTN_ENTROPY_MIN) for _, y in s]
+    return min(points) if points else None
+
+
+def first(series: list[tuple[int, float]]) -> float | None:
+    return series[0][1] if series else None
+
+
+MEASURES: dict[str, Measure] = {
+    "best_val_loss": lambda c: c.completed("best_val_loss"),
+    "final_val_loss": lambda c: c.completed("final_val_loss"),
+    "best_val_acc": lambda c: c.completed("best_val_acc"),
+    "unigram_gap": unigram_gap,  # the data's unigram loss - the run's best val loss
+    "first_train_loss": lambda c: first(c.series("train/loss")),  # the loss at initialization
+    "early_update": early_update,  # mean update/model over the first 5% of steps
+    "peak_logit": lambda c: max((y for _, y in c.series(names.MAX_LOGIT)), default=None),
+    "min_entropy": min_entropy,  # lowest attn/entropy_min over layers and logged steps
+    "final_abs_log_z": lambda c: abs(s[-1][1]) if (s := c.series(names.LOG_Z)) else None,
+    "log_z_fall": lambda c: p[0] - min(p[1:]) if len(p := after_warmup(c)) > 1 else None,
+    "log_z_rise": lambda c: max(p[1:]) - p[0] if len(p := after_warmup(c)) > 1 else None,
+    "log_z_min": lambda c: min(p) if (p := after_warmup(c)) else None,
+    "act_depth_ratio": lambda c: ratio(
+        *(x[0], x[-1]) if (x := at_layers(c, names.ACT_NORM, -1)) else (None, None)
+    ),  # fmt: skip
+    "rms_growth": lambda c: ratio(last_rms(c, 0), last_rms(c, -1)),  # last layer, end / step 0
+    "max_growth": lambda c: ratio(top_max(c, 0), top_max(c, -1)),
+    "cos_early": lambda c: profile(c, "cos_early"),
+    "cos_late": lambda c: profile(c, "cos_late"),
+    "rms_late_growth": lambda c: profile(c, "rms_late_growth"),
+}
+CURVE_MEASURES = ("final_val_loss", "first_train_loss")  # what a loss-vs-lr curve reads
+PROBE_MEASURES = ("last_fc2", "act_ratio")  # F1: probe.json's per-seed values at init
+
+
+def outcome(run: dict) -> str:
+    if run["status"] != "completed":
+        return "diverged"
+    return "stalled" if run.get("did_not_train") else "trained"
+
+
+def round_value(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.6g}")
+
+
+def trained_rows(report: dict, wanted: set[str], settings: dict[str, Any]) -> list[dict]:
+    rows = []
+    for variant in report.get("variants", []):
+        params = variant["params"]
+        for run in variant["runs"]:
+            if run["status"] not in FINISHED:
+                continue
+            c = Context(run, int(params.get("n_layer") or 0), settings)
+            values = {m: round_value(MEASURES[m](c)) for m in sorted(wanted)}
+            rows.append({"arm": params, "seed": run.get("seed"), "outcome": outcome(run),
+                         "values": values, "run": Path(run["run_dir"]).name})  # fmt: skip
+    return rows
+
+
+def probe_rows(report: dict) -> list[dict]:
+    """F1: one row per init-probe group and seed (a freshly initialized model, no training)."""
+    rows = []
+    for group in report.get("init_probe", []):
+        per_seed = group.get("per_seed") or {}
+        n = min((len(per_seed.get(k) or ()) for k in PROBE_MEASURES), default=0)
+        for i in range(n):
+            values = {k: round_value(per_seed[k][i]) for k in PROBE_MEASURES}
+            rows.append({"arm": group["params"], "seed": i, "outcome": "trained", "values": values})
+    return rows
+
+
+def left_out(report: dict) -> dict[str, int]:
+    """The runs no verdict reads (failed, interrupted, unfinished), by status."""
+    out: dict[str, int] = {}
+    for variant in report.get("variants", []):
+        for run in variant["runs"]:
+            if run["status"] not in FINISHED:
+                out[run["status"]] = out.get(run["status"], 0) + 1
+    return out
+
+
+def table(report: dict, measures: set[str], settings: dict[str, Any], decide: list) -> dict:
+    """The published per-run table of one finding: its rows, the run settings its claims read,
+    and the seeds it is decided on (``decide``: the fresh seeds; the rest select the lr)."""
+    if measures & set(PROBE_MEASURES):
+        rows = probe_rows(report)
+    else:
+        rows = trained_rows(report, measures - set(PROBE_MEASURES), settings)
+    return {"settings": settings, "decide_seeds": sorted(decide), "rows": rows,
+            "left_out": left_out(report)}  # fmt: skip
