@@ -355,6 +355,11 @@ def reproduce_all(args: argparse.Namespace) -> int:
     return code
 
 
+def text(verdict: dict) -> str:
+    """A verdict as JSON text: what verdict.json holds, compared byte for byte (NaN included)."""
+    return json.dumps(verdict, sort_keys=True)
+
+
 def recompute_all(paths: list[Path]) -> int:
     """Each verdict.json's claims decided again from its own table; 1 when one differs."""
     code = 0
@@ -366,7 +371,9 @@ def recompute_all(paths: list[Path]) -> int:
             code = 1
             continue
         again = recompute(record)
-        differs = [a["id"] for a, b in zip(again, record["claims"], strict=False) if a != b]
+        differs = [
+            a["id"] for a, b in zip(again, record["claims"], strict=False) if text(a) != text(b)
+        ]
         if len(again) != len(record["claims"]):
             differs.append("the number of claims")
         same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"

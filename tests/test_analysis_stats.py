@@ -9,7 +9,6 @@ import pytest
 from scipy import stats as sp
 
 from analysis import stats
-from analysis.findings.settings import ReproduceConfig
 
 
 def test_welch_interval_matches_scipy() -> None:

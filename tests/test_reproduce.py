@@ -193,7 +193,9 @@ def test_a_sweep_with_failed_runs_exits_non_zero(tmp_path: Path, monkeypatch, sw
     assert len(launched) == 1  # a failed run is no finished run: the sweep runs again
     record = json.loads((out / "verdict.json").read_text())
     claims = {c["id"]: c for c in record["claims"]}
-    assert claims["F2b"]["status"] == "NO DATA" and "2 failed runs left out" in claims["F2b"]["note"]
+    assert (
+        claims["F2b"]["status"] == "NO DATA" and "2 failed runs left out" in claims["F2b"]["note"]
+    )
     # post: 3.0 with and without warmup: worse in 0 of 2 seeds, [0, 0.84] straddles 0.5
     f2a = next(iter(claims["F2a"]["effects"].values()))
     assert claims["F2a"]["status"] == "INCONCLUSIVE" and (f2a["k"], f2a["n"]) == ([0], [2])
@@ -313,3 +315,19 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     ]
     for name in ("report/report.md", "report/report.json", "verdict.json"):
         assert str(out) not in (docs / name).read_text()
+
+
+def test_recompute_finds_every_verdict_identical_from_its_file(tmp_path: Path, monkeypatch) -> None:
+    """verdict.json holds every per-run value its verdicts read: --recompute decides them again
+    from the file alone and says identical; a value changed in the table is caught."""
+    out = tmp_path / "f2"
+    f2_sweep(out, failed=set())
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    assert reproduce.main(["f2", "--out", str(out), *F2_SMALL]) == 0
+    record = json.loads((out / "verdict.json").read_text())
+    assert record["registry"] and len(record["table"]["rows"]) == 8
+    assert reproduce.main(["--recompute", str(out)]) == 0
+    row = next(r for r in record["table"]["rows"] if r["arm"]["placement"] == "pre")
+    row["values"]["best_val_loss"] += 0.5
+    (out / "verdict.json").write_text(json.dumps(record))
+    assert reproduce.main(["--recompute", str(out / "verdict.json")]) == 1

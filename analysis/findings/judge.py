@@ -148,7 +148,8 @@ class Reading:
 
     def __init__(self, claim: Claim, table: dict) -> None:
         self.claim, self.rows, self.settings = claim, table["rows"], table["settings"]
-        self.decide = sorted(table.get("decide_seeds") or [])[: claim.seeds]
+        self.fresh = set(table.get("decide_seeds") or [])  # never chooses a rate
+        self.decide = sorted(self.fresh)[: claim.seeds]
         self.arms: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
 
@@ -159,7 +160,7 @@ class Reading:
         rule = lr_rule or self.claim.lr
         shown: dict[str, Any] = {}
         if rule == "stable_best" and "lr" not in arm and len(key_values(found, "lr")) > 1:
-            grid = [r for r in found if r["seed"] not in self.decide]
+            grid = [r for r in found if r["seed"] not in self.fresh]
             lr, said = stable_best(grid, label(arm))
             lrs = key_values(found, "lr")
             shown = {"lr": lr, "edge": lr in (lrs[0], lrs[-1])}

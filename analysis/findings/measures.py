@@ -119,7 +119,6 @@ MEASURES: dict[str, Measure] = {
     "min_entropy": min_entropy,  # lowest attn/entropy_min over layers and logged steps
     "final_abs_log_z": lambda c: abs(s[-1][1]) if (s := c.series(names.LOG_Z)) else None,
     "log_z_fall": lambda c: p[0] - min(p[1:]) if len(p := after_warmup(c)) > 1 else None,
-    "log_z_rise": lambda c: max(p[1:]) - p[0] if len(p := after_warmup(c)) > 1 else None,
     "log_z_min": lambda c: min(p) if (p := after_warmup(c)) else None,
     "act_depth_ratio": lambda c: ratio(
         *(x[0], x[-1]) if (x := at_layers(c, names.ACT_NORM, -1)) else (None, None)
