@@ -114,7 +114,10 @@ def expand(part: Part, rows: list[dict]) -> list[tuple[str, Part]]:
 
 
 def matching(rows: list[dict], arm: dict[str, Any]) -> list[dict]:
-    return [r for r in rows if all(same(r["arm"].get(k), v) for k, v in arm.items())]
+    """The rows of the arm: each key at its value, or not varied by the sweep (not in the row)."""
+    return [
+        r for r in rows if all(k not in r["arm"] or same(r["arm"][k], v) for k, v in arm.items())
+    ]
 
 
 def stable_best(rows: list[dict], arm: str) -> tuple[float, str]:

@@ -36,6 +36,8 @@ fixes them claim by claim is docs/reproducing.md's next step, before the freeze.
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.block_profile import plot_profiles
 from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Claim, Figure, Finding, Gate
 from analysis.findings.declare import Part as P
@@ -46,257 +48,131 @@ LOGIT_GROWTH, SENS_GAP, SPAN_UP, ACC_FACTOR = 10.0, 0.03, 10.0, 1.25
 RMS_GROWTH, NEAR_ONE, COS_DROP, GROWS, FLOOR, DRIFT, LONG_RUN = 1.2, 0.9, 0.01, 2.0, 0.1, 1.0, 1e4
 SEEDS, RATE_SEEDS = 5, 8
 
-XIONG, LIU, WANG, WORTSMAN = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022", \
-    "Wortsman et al. 2023"  # fmt: skip
-KIM, SUN, ZHAI = "Kim et al. 2025; Sun et al. 2024", "Sun et al. 2025", "Zhai et al. 2023"
+XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
+WORTSMAN, SUN, ZHAI = "Wortsman et al. 2023", "Sun et al. 2025", "Zhai et al. 2023"
+KIM = "Kim et al. 2025; Sun et al. 2024"
 QK, Z, BATCH = "model.qk_norm", "optim.z_loss", "data.batch_size"
 SHORT = "runs of a few hundred steps at d=64 on a small text corpus"
 
 
-def at(placement: str, depth: str = MAX, **more) -> dict:
+def C(cid: str, statement: str, source: str, *parts: P, seeds: int = SEEDS, **more: Any) -> Claim:
+    return Claim(cid, statement, source, parts, seeds, **more)
+
+
+def at(placement: str, depth: Any = MAX, **more: Any) -> dict:
     return {"placement": placement, "n_layer": depth, **more}
+
+
+def cold(placement: str, depth: Any = MAX) -> dict:
+    """A ViT arm of the grid without warmup (V3's arm runs with warmup at one rate)."""
+    return at(placement, depth, warmup_steps=0)
 
 
 def trains(cid: str, placement: str, source: str, statement: str = "") -> Claim:
     """The league's "X trains at depth": most runs train, and end DEEP_OK below the unigram."""
-    return Claim(
-        cid, statement or f"{placement} trains at depth (12 layers)", source,
-        (P("rate", (at(placement),), MOST, "above", event="trained"),
-         P("mean", (at(placement),), DEEP_OK, "above", measure="unigram_gap")),
-        RATE_SEEDS, departs=SHORT,
-    )  # fmt: skip
-
-
-F1 = Finding(
-    "f1_init",
-    "F1: gradients and residual norms at initialization vs depth",
-    (
-        Claim(
-            "F1a",
-            "Post-LN's last-layer FFN gradient norm does not grow with depth (Theorem 1 "
-            "bounds it independently of L)",
-            XIONG,
-            (P("slope", ({"placement": "post"},), FLAT_SLOPE, "below", measure="last_fc2"),),
-            SEEDS,
-            lr="fixed",
-        ),
-        Claim(
-            "F1b",
-            "Pre-LN's last-layer FFN gradient norm shrinks with depth",
-            XIONG,
-            (P("slope", ({"placement": "pre"},), SHRINK_SLOPE, "below", measure="last_fc2"),),
-            SEEDS,
-            lr="fixed",
-        ),
-        Claim(
-            "F1c",
-            "Post-LN's residual norm is flat across layers (an implementation check: "
-            "each Post-LN block ends in a unit-gain LayerNorm)",
-            XIONG,
-            (
-                P("ratio", (at("post"),), 1 / FLAT_RATIO, "above", measure="act_ratio"),
-                P("ratio", (at("post"),), FLAT_RATIO, "below", measure="act_ratio"),
-            ),
-            SEEDS,
-            lr="fixed",
-            counted=False,
-        ),
-        Claim(
-            "F1d",
-            "Pre-LN's residual norm grows across layers",
-            XIONG,
-            (P("ratio", (at("pre"),), GROW_RATIO, "above", measure="act_ratio"),),
-            SEEDS,
-            lr="fixed",
-        ),
-    ),
-    mode="init_probe",
-    plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"),
-)
-
-WARM = {"lr": REF_LR, "warmup_steps": MAX}
-COLD = {"lr": REF_LR, "warmup_steps": 0}
-F2 = Finding(
-    "f2_warmup",
-    "F2: Post-LN needs learning-rate warmup, Pre-LN does not",
-    (
-        Claim(
-            "F2a",
-            "Post-LN without warmup ends worse than with it",
-            XIONG,
-            (
-                P(
-                    "pairs",
-                    ({"placement": "post", **COLD}, {"placement": "post", **WARM}),
-                    MOST,
-                    "above",
-                    by=WORSE,
-                    name="seeds where no-warmup ends worse (stalls, or >= 0.10)",
-                ),
-            ),
-            RATE_SEEDS,
-            lr="fixed",
-            departs=SHORT,
-        ),
-        Claim(
-            "F2b",
-            "Pre-LN without warmup ends as well as with it",
-            XIONG,
-            (
-                P(
-                    "paired",
-                    ({"placement": "pre", **COLD}, {"placement": "pre", **WARM}),
-                    CLOSE,
-                    "below",
-                ),
-            ),
-            SEEDS,
-            lr="fixed",
-            departs=SHORT,
-        ),
-    ),
-)
-
-DEPTH = (
-    Claim(
-        "F3a",
-        "Post-LN ends far worse than Pre-LN and DeepNorm at the deepest depth",
-        LIU,
-        (
-            P("diff", (at("post"), at("pre")), FAILS, "above"),
-            P("diff", (at("post"), at("deepnorm")), FAILS, "above"),
-        ),
-        SEEDS,
+    return C(
+        cid,
+        statement or f"{placement} trains at depth (12 layers)",
+        source,
+        P("rate", (at(placement),), MOST, "above", event="trained"),
+        P("mean", (at(placement),), DEEP_OK, "above", measure="unigram_gap"),
+        seeds=RATE_SEEDS,
         departs=SHORT,
-    ),
-    Claim(
-        "F3b",
-        "Pre-LN and DeepNorm train at every depth",
-        WANG,
-        (
-            P("diff", (at("pre"), at("pre", MIN)), DEEP_OK, "below"),
-            P("diff", (at("deepnorm"), at("deepnorm", MIN)), DEEP_OK, "below"),
-        ),
-        SEEDS,
-    ),
-    Claim(
-        "F3c",
-        "Post-LN's model update is larger early in training than DeepNorm's",
-        WANG,
-        (
-            P(
-                "ratio2",
-                (at("post", lr=RUN_LR), at("deepnorm", lr=RUN_LR)),
-                UPDATE_RATIO,
-                "above",
-                measure="early_update",
-            ),
-        ),
-        SEEDS,
-        lr="fixed",
-    ),
-    Claim(
-        "F4",
-        "Shallow Post-LN with warmup ends at least as well as Pre-LN",
-        LIU,
-        (P("diff", (at("post", MIN), at("pre", MIN)), F4_TOL, "below"),),
-        SEEDS,
-    ),
-)
-F3 = Finding(
-    "f3_depth",
-    "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow Post-LN ends better",
-    DEPTH,
-    plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"),
-)
-
-VIT_UPDATE = {"lr": RUN_LR, "warmup_steps": 20}  # the update is compared with warmup
-VIT = Finding("vit_depth", "ViT on digits: depth stability without warmup, each arm at its best "
-              "learning rate", (
-    Claim("V1", "Post-LN ends worse than Pre-LN and DeepNorm at the deepest depth", LIU,
-          (P("ratio2", (at("post"), at("pre")), FACTOR, "above"),
-           P("ratio2", (at("post"), at("deepnorm")), FACTOR, "above")), SEEDS),
-    Claim("V2", "Pre-LN and DeepNorm train at every depth", WANG,
-          (P("ratio2", (at("pre"), at("pre", MIN)), FACTOR, "below"),
-           P("ratio2", (at("deepnorm"), at("deepnorm", MIN)), FACTOR, "below")), SEEDS),
-    Claim("V3", "Post-LN's model update is larger early in training than DeepNorm's", WANG,
-          (P("ratio2", (at("post", **VIT_UPDATE), at("deepnorm", **VIT_UPDATE)), UPDATE_RATIO,
-             "above", measure="early_update"),), SEEDS, lr="fixed"),
-), plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"))  # fmt: skip
-
-F5 = Finding(
-    "f5_norms",
-    "F5: RMSNorm matches LayerNorm",
-    (
-        Claim(
-            "F5",
-            "RMSNorm trains as LayerNorm does and matches its best val loss",
-            "Zhang & Sennrich 2019",
-            (
-                P(
-                    "rate",
-                    ({"placement": EACH, "norm": "rmsnorm"},),
-                    MOST,
-                    "above",
-                    event="trained",
-                ),
-                P(
-                    "diff",
-                    (
-                        {"placement": EACH, "norm": "rmsnorm"},
-                        {"placement": EACH, "norm": "layernorm"},
-                    ),
-                    CLOSE,
-                    "within",
-                    among="trained",
-                ),
-            ),
-            RATE_SEEDS,
-            departs=SHORT,
-        ),
-    ),
-    plots=("lr_sensitivity.png", "loss_curves.png"),
-)
-
-
-def batch_drop(norm: str) -> P:
-    return P(
-        "contrast",
-        (
-            {"norm": "batchnorm", BATCH: MIN},
-            {"norm": "batchnorm", BATCH: MAX},
-            {"norm": norm, BATCH: MIN},
-            {"norm": norm, BATCH: MAX},
-        ),
-        ACC_FACTOR,
-        "above",
-        weights=(1, -1, -1, 1),
-        log=True,
-        name=f"batchnorm's val-loss factor small/large batch / {norm}'s",
     )
 
 
-def batch_flat(norm: str) -> tuple[P, P]:
-    arms = ({"norm": norm, BATCH: MIN}, {"norm": norm, BATCH: MAX})
-    return (P("ratio2", arms, 1 / ACC_FACTOR, "above"), P("ratio2", arms, ACC_FACTOR, "below"))
+def worse_at_depth(cid: str, statement: str, worse: str, *better: str) -> Claim:
+    parts = [P("diff", (at(worse), at(b)), FAILS, "above") for b in better]
+    return C(cid, statement, LIU, *parts, departs=SHORT)
+
+
+# fmt: off
+F1 = Finding("f1_init", "F1: gradients and residual norms at initialization vs depth", (
+    C("F1a", "Post-LN's last-layer FFN gradient norm does not grow with depth (Theorem 1 bounds "
+      "it independently of L)", XIONG,
+      P("slope", ({"placement": "post"},), FLAT_SLOPE, "below", measure="last_fc2"), lr="fixed"),
+    C("F1b", "Pre-LN's last-layer FFN gradient norm shrinks with depth", XIONG,
+      P("slope", ({"placement": "pre"},), SHRINK_SLOPE, "below", measure="last_fc2"), lr="fixed"),
+    C("F1c", "Post-LN's residual norm is flat across layers (an implementation check: each "
+      "Post-LN block ends in a unit-gain LayerNorm)", XIONG,
+      P("ratio", (at("post"),), 1 / FLAT_RATIO, "above", measure="act_ratio"),
+      P("ratio", (at("post"),), FLAT_RATIO, "below", measure="act_ratio"),
+      lr="fixed", counted=False),
+    C("F1d", "Pre-LN's residual norm grows across layers", XIONG,
+      P("ratio", (at("pre"),), GROW_RATIO, "above", measure="act_ratio"), lr="fixed"),
+), mode="init_probe", plots=("init_grid.png", "grad_norm_init.png", "act_norm_init.png"))
+
+WARM, COLD = {"lr": REF_LR, "warmup_steps": MAX}, {"lr": REF_LR, "warmup_steps": 0}
+F2 = Finding("f2_warmup", "F2: Post-LN needs learning-rate warmup, Pre-LN does not", (
+    C("F2a", "Post-LN without warmup ends worse than with it", XIONG,
+      P("pairs", ({"placement": "post", **COLD}, {"placement": "post", **WARM}), MOST, "above",
+        by=WORSE, name="seeds where Post-LN without warmup ends worse (stalls, or >= 0.10)"),
+      seeds=RATE_SEEDS, lr="fixed", departs=SHORT),
+    C("F2b", "Pre-LN without warmup ends as well as with it", XIONG,
+      P("paired", ({"placement": "pre", **COLD}, {"placement": "pre", **WARM}), CLOSE, "below"),
+      lr="fixed", departs=SHORT),
+))
+
+F3 = Finding("f3_depth", "F3: depth stability of Post-LN, Pre-LN and DeepNorm; F4: shallow "
+             "Post-LN ends better", (
+    worse_at_depth("F3a", "Post-LN ends far worse than Pre-LN and DeepNorm at the deepest depth",
+                   "post", "pre", "deepnorm"),
+    C("F3b", "Pre-LN and DeepNorm train at every depth", WANG,
+      P("diff", (at("pre"), at("pre", MIN)), DEEP_OK, "below"),
+      P("diff", (at("deepnorm"), at("deepnorm", MIN)), DEEP_OK, "below")),
+    C("F3c", "Post-LN's model update is larger early in training than DeepNorm's", WANG,
+      P("ratio2", (at("post", lr=RUN_LR), at("deepnorm", lr=RUN_LR)), UPDATE_RATIO, "above",
+        measure="early_update"), lr="fixed"),
+    C("F4", "Shallow Post-LN with warmup ends at least as well as Pre-LN", LIU,
+      P("diff", (at("post", MIN), at("pre", MIN)), F4_TOL, "below")),
+), plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"))
+
+UPDATE = {"lr": RUN_LR, "warmup_steps": MAX}  # V3's arm: with warmup, at the run's rate
+VIT = Finding("vit_depth", "ViT on digits: depth stability without warmup, each arm at its "
+              "stable best learning rate", (
+    C("V1", "Post-LN ends worse than Pre-LN and DeepNorm at the deepest depth", LIU,
+      P("ratio2", (cold("post"), cold("pre")), FACTOR, "above"),
+      P("ratio2", (cold("post"), cold("deepnorm")), FACTOR, "above")),
+    C("V2", "Pre-LN and DeepNorm train at every depth", WANG,
+      P("ratio2", (cold("pre"), cold("pre", MIN)), FACTOR, "below"),
+      P("ratio2", (cold("deepnorm"), cold("deepnorm", MIN)), FACTOR, "below")),
+    C("V3", "Post-LN's model update is larger early in training than DeepNorm's", WANG,
+      P("ratio2", (at("post", **UPDATE), at("deepnorm", **UPDATE)), UPDATE_RATIO, "above",
+        measure="early_update"), lr="fixed"),
+), plots=("lr_sensitivity.png", "best_val_vs_depth.png", "model_update.png"))
+
+RMS, LN = {"placement": EACH, "norm": "rmsnorm"}, {"placement": EACH, "norm": "layernorm"}
+F5 = Finding("f5_norms", "F5: RMSNorm matches LayerNorm", (
+    C("F5", "RMSNorm trains as LayerNorm does and matches its best val loss",
+      "Zhang & Sennrich 2019",
+      P("rate", (RMS,), MOST, "above", event="trained"),
+      P("diff", (RMS, LN), CLOSE, "within", among="trained"),
+      seeds=RATE_SEEDS, departs=SHORT),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
+
+def by_batch(norm: str) -> tuple[dict, dict]:
+    return {"norm": norm, BATCH: MIN}, {"norm": norm, BATCH: MAX}
 
 
 F7 = Finding("f7_batch_stats", "F7: BatchNorm depends on the batch size; LayerNorm and RMSNorm "
              "do not", (
-    Claim("F7a", "BatchNorm's val loss rises at a small batch more than LayerNorm's and "
-          "RMSNorm's", "Ioffe & Szegedy 2015; Wu & He 2018",
-          (batch_drop("layernorm"), batch_drop("rmsnorm")), SEEDS, lr="fixed"),
-    Claim("F7b", "LayerNorm's and RMSNorm's val loss do not depend on the batch size",
-          "Ba et al. 2016; Zhang & Sennrich 2019",
-          (*batch_flat("layernorm"), *batch_flat("rmsnorm")), SEEDS, lr="fixed"),
+    C("F7a", "BatchNorm's val loss rises at a small batch more than LayerNorm's and RMSNorm's "
+      "(accuracy sits at its ceiling, ~0.97)", "Ioffe & Szegedy 2015; Wu & He 2018",
+      *(P("contrast", (*by_batch("batchnorm"), *by_batch(n)), ACC_FACTOR, "above",
+          weights=(1, -1, -1, 1), log=True, name=f"batchnorm's loss factor small/large / {n}'s")
+        for n in ("layernorm", "rmsnorm")), lr="fixed"),
+    C("F7b", "LayerNorm's and RMSNorm's val loss do not depend on the batch size",
+      "Ba et al. 2016; Zhang & Sennrich 2019",
+      *(P("ratio2", by_batch(n), m, side) for n in ("layernorm", "rmsnorm")
+        for m, side in ((1 / ACC_FACTOR, "above"), (ACC_FACTOR, "below"))), lr="fixed"),
 ), plots=("loss_curves.png", "acc_vs_batch.png"),
-    figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),))  # fmt: skip
+   figures=(Figure("acc_vs_batch.png", "data.batch_size", ("best_val_acc",)),))
 
 LEAGUE = Finding("placements_depth", "The placements league: every placement 12 layers deep, "
                  "each at its stable best learning rate", (
-    Claim("P1", "Post-LN ends far worse than Pre-LN and DeepNorm at depth", LIU,
-          (P("diff", (at("post"), at("pre")), FAILS, "above"),
-           P("diff", (at("post"), at("deepnorm")), FAILS, "above")), SEEDS, departs=SHORT),
+    worse_at_depth("P1", "Post-LN ends far worse than Pre-LN and DeepNorm at depth",
+                   "post", "pre", "deepnorm"),
     trains("P2", "pre", XIONG),
     trains("P3", "deepnorm", WANG),
     trains("P4", "sandwich", "Ding et al. 2021; Kim et al. 2025"),
@@ -304,248 +180,118 @@ LEAGUE = Finding("placements_depth", "The placements league: every placement 12 
     trains("P6", "rezero", "Bachlechner et al. 2020",
            "ReZero trains at depth at the best rate where its grid seeds all trained"),
     trains("P7", "ngpt", "Loshchilov et al. 2024"),
-), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 F11 = Finding("f11_admin", "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls (24 "
               "layers, 150 warmup steps of 600, each arm at its stable best learning rate)", (
-    Claim("F11a", "Post-LN ends far worse than Pre-LN at the deepest depth", LIU,
-          (P("diff", (at("post"), at("pre")), FAILS, "above"),), SEEDS),
-    Claim("F11b", "Admin ends far better than Post-LN at that depth", LIU,
-          (P("diff", (at("post"), at("admin")), FAILS, "above"),), SEEDS),
-    Claim("F11c", "Admin ends at least as well as Pre-LN at every depth", LIU,
-          (P("diff", (at("admin", EACH), at("pre", EACH)), CLOSE, "below"),), SEEDS),
-), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+    worse_at_depth("F11a", "Post-LN ends far worse than Pre-LN at the deepest depth",
+                   "post", "pre"),
+    worse_at_depth("F11b", "Admin ends far better than Post-LN at that depth", "post", "admin"),
+    C("F11c", "Admin ends at least as well as Pre-LN at every depth", LIU,
+      P("diff", (at("admin", EACH), at("pre", EACH)), CLOSE, "below")),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 NO_QK, WITH_QK = {QK: False, Z: 0.0}, {QK: True, Z: 0.0}
-F6 = Finding(
-    "f6_lr_sensitivity",
-    "F6: attention logits at high learning rates, and QK-norm",
-    (
-        Claim(
-            "F6a",
-            "Without QK-norm the max attention logit grows with the learning rate",
-            WORTSMAN,
-            (
-                P(
-                    "ratio2",
-                    ({**NO_QK, "lr": MAX}, {**NO_QK, "lr": MIN}),
-                    LOGIT_GROWTH**0.5,
-                    "above",
-                    measure="peak_logit",
-                    per_decade=True,
-                ),
-            ),
-            SEEDS,
-            lr="curve",
-        ),
-        Claim(
-            "F6b",
-            "With QK-norm the max attention logit stays bounded",
-            WORTSMAN,
-            (
-                P(
-                    "ratio2",
-                    ({**WITH_QK, "lr": MAX}, {**WITH_QK, "lr": MIN}),
-                    LOGIT_GROWTH**0.5,
-                    "below",
-                    measure="peak_logit",
-                    per_decade=True,
-                ),
-                P(
-                    "ratio2",
-                    ({**NO_QK, "lr": MAX}, {**WITH_QK, "lr": MAX}),
-                    LOGIT_GROWTH,
-                    "above",
-                    measure="peak_logit",
-                ),
-            ),
-            SEEDS,
-            lr="curve",
-        ),
-        Claim(
-            "F6c",
-            "At the highest learning rates QK-norm ends with a lower loss",
-            WORTSMAN,
-            (
-                P(
-                    "diff",
-                    ({**NO_QK, "lr": EACH}, {**WITH_QK, "lr": EACH}),
-                    WORSE,
-                    "above",
-                    measure="final_val_loss",
-                    top=2,
-                ),
-            ),
-            SEEDS,
-            lr="curve",
-        ),
-    ),
-    plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
-    figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),),
-)
+F6 = Finding("f6_lr_sensitivity", "F6: attention logits at high learning rates, and QK-norm", (
+    C("F6a", "Without QK-norm the max attention logit grows with the learning rate", WORTSMAN,
+      P("ratio2", ({**NO_QK, "lr": MAX}, {**NO_QK, "lr": MIN}), LOGIT_GROWTH**0.5, "above",
+        measure="peak_logit", per_decade=True), lr="curve"),
+    C("F6b", "With QK-norm the max attention logit stays bounded", WORTSMAN,
+      P("ratio2", ({**WITH_QK, "lr": MAX}, {**WITH_QK, "lr": MIN}), LOGIT_GROWTH**0.5, "below",
+        measure="peak_logit", per_decade=True),
+      P("ratio2", ({**NO_QK, "lr": MAX}, {**WITH_QK, "lr": MAX}), LOGIT_GROWTH, "above",
+        measure="peak_logit"), lr="curve"),
+    C("F6c", "At the highest learning rates QK-norm ends with a lower loss", WORTSMAN,
+      P("diff", ({**NO_QK, "lr": EACH}, {**WITH_QK, "lr": EACH}), WORSE, "above",
+        measure="final_val_loss", top=2), lr="curve"),
+), plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
+   figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),))
 
+PRE, PERI = {"placement": "pre"}, {"placement": "sandwich"}
 F8 = Finding("f8_residual", "F8: the residual stream of Pre-LN grows with depth and training; "
              "Peri-LN's grows more slowly", (
-    Claim("F8a", "In Pre-LN the residual stream's RMS grows with depth", KIM,
-          (P("ratio", ({"placement": "pre"},), GROWS, "above", measure="act_depth_ratio"),),
-          SEEDS, lr="fixed"),
-    Claim("F8b", "In Pre-LN the residual stream's RMS and largest values grow in training", KIM,
-          (P("ratio", ({"placement": "pre"},), GROWS, "above", measure="rms_growth"),
-           P("ratio", ({"placement": "pre"},), GROWS, "above", measure="max_growth")), SEEDS,
-          lr="fixed"),
-    Claim("F8c", "Peri-LN's (sandwich's) last-layer RMS grows in training more slowly than "
-          "Pre-LN's", KIM,
-          (P("ratio2", ({"placement": "pre"}, {"placement": "sandwich"}), GROWS, "above",
-             measure="rms_growth"),), SEEDS, lr="fixed"),
-), plots=("heat_act_norm.png", "heat_act_max.png", "loss_curves.png"))  # fmt: skip
+    C("F8a", "In Pre-LN the residual stream's RMS grows with depth", KIM,
+      P("ratio", (PRE,), GROWS, "above", measure="act_depth_ratio"), lr="fixed"),
+    C("F8b", "In Pre-LN the residual stream's RMS and largest values grow in training", KIM,
+      P("ratio", (PRE,), GROWS, "above", measure="rms_growth"),
+      P("ratio", (PRE,), GROWS, "above", measure="max_growth"), lr="fixed"),
+    C("F8c", "Peri-LN's (sandwich's) last-layer RMS grows in training more slowly than Pre-LN's",
+      KIM, P("ratio2", (PRE, PERI), GROWS, "above", measure="rms_growth"), lr="fixed"),
+), plots=("heat_act_norm.png", "heat_act_max.png", "loss_curves.png"))
 
-F9 = Finding(
-    "f9_depth_curse",
-    "F9: the curse of depth in Pre-LN, and LayerNorm Scaling",
-    (
-        Claim(
-            "F9a",
-            "Pre-LN's residual stream RMS still grows in the later half",
-            SUN,
-            (P("ratio", (at("pre"),), RMS_GROWTH, "above", measure="rms_late_growth"),),
-            SEEDS,
-        ),
-        Claim(
-            "F9b",
-            "Pre-LN's later blocks barely change their input (cosine near 1)",
-            SUN,
-            (P("mean", (at("pre"),), NEAR_ONE, "above", measure="cos_late"),),
-            SEEDS,
-        ),
-        Claim(
-            "F9c",
-            "LayerNorm Scaling lowers the later half's cosine",
-            SUN,
-            (P("diff", (at("pre"), at("lns")), COS_DROP, "above", measure="cos_late"),),
-            SEEDS,
-            gate=Gate(
-                "no depth-wise variance growth in Pre-LN for LNS to damp",
-                P("ratio", (at("pre"),), RMS_GROWTH, "above", measure="rms_late_growth"),
-            ),
-            departs="24 layers of width 64 for 200 steps; the paper's models are 130M-7B LLMs "
-            "trained for billions of tokens",
-        ),
-        Claim(
-            "F9d",
-            "LayerNorm Scaling ends no worse than Pre-LN",
-            SUN,
-            (P("diff", (at("lns"), at("pre")), CLOSE, "below"),),
-            SEEDS,
-        ),
-    ),
-    plots=("block_profile.png", "heat_block_cos.png", "loss_curves.png"),
-    draws=(plot_profiles,),
-)
+LATE = P("ratio", (at("pre"),), RMS_GROWTH, "above", measure="rms_late_growth")
+F9 = Finding("f9_depth_curse", "F9: the curse of depth in Pre-LN, and LayerNorm Scaling", (
+    C("F9a", "Pre-LN's residual stream RMS still grows in the later half", SUN, LATE),
+    C("F9b", "Pre-LN's later blocks barely change their input (cosine near 1)", SUN,
+      P("mean", (at("pre"),), NEAR_ONE, "above", measure="cos_late")),
+    C("F9c", "LayerNorm Scaling lowers the later half's cosine", SUN,
+      P("diff", (at("pre"), at("lns")), COS_DROP, "above", measure="cos_late"),
+      gate=Gate("no depth-wise variance growth in Pre-LN for LNS to damp", LATE),
+      departs="24 layers of width 64 for 200 steps; the paper's models are 130M-7B LLMs"),
+    C("F9d", "LayerNorm Scaling ends no worse than Pre-LN", SUN,
+      P("diff", (at("lns"), at("pre")), CLOSE, "below")),
+), plots=("block_profile.png", "heat_block_cos.png", "loss_curves.png"), draws=(plot_profiles,))
 
 F10 = Finding("f10_entropy", "F10: attention entropy collapse at high rates, and QK-norm", (
-    Claim("F10a", "Without QK-norm attention entropy collapses (to near 0) at high learning "
-          "rates", ZHAI,
-          (P("mean", ({QK: False, "lr": MAX},), FLOOR, "below", measure="min_entropy"),
-           P("mean", ({QK: False, "lr": MIN},), FLOOR, "above", measure="min_entropy")),
-          SEEDS, lr="curve"),
-    Claim("F10b", "QK-norm prevents the entropy collapse: no QK-norm run's entropy falls to "
-          "0.1 nats at any swept rate",
-          "Dehghani et al. 2023 (QK-layernorm against near-one-hot attention); Zhai et al. "
-          "2023 propose sigmaReparam instead",
-          (P("every", ({QK: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"),),
-          SEEDS, lr="curve"),
-    Claim("F10c", "The runs whose entropy collapsed are the unstable ones: without QK-norm, "
-          "runs whose entropy fell to 0.1 nats diverge or stall more often than the others", ZHAI,
-          (P("split", ({QK: False},), 0.0, "above", event="not_trained",
-             where=("min_entropy", "below", FLOOR)),), SEEDS, lr="curve"),
+    C("F10a", "Without QK-norm attention entropy collapses (to near 0) at high learning rates",
+      ZHAI,
+      P("mean", ({QK: False, "lr": MAX},), FLOOR, "below", measure="min_entropy"),
+      P("mean", ({QK: False, "lr": MIN},), FLOOR, "above", measure="min_entropy"), lr="curve"),
+    C("F10b", "QK-norm prevents the entropy collapse: no QK-norm run's entropy falls to 0.1 "
+      "nats at any swept rate", "Dehghani et al. 2023 (QK-layernorm against near-one-hot "
+      "attention); Zhai et al. 2023 propose sigmaReparam instead",
+      P("every", ({QK: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"), lr="curve"),
+    C("F10c", "The runs whose entropy collapsed are the unstable ones: without QK-norm, runs "
+      "whose entropy fell to 0.1 nats diverge or stall more often than the others", ZHAI,
+      P("split", ({QK: False},), 0.0, "above", where=("min_entropy", "below", FLOOR)),
+      lr="curve"),
 ), plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "sharpness.png"),
-    figures=(Figure("entropy_vs_lr.png", "optim.lr",
-                    ("min_attn_entropy", "max:attn/max_logit", "best_val_loss")),))  # fmt: skip
+   figures=(Figure("entropy_vs_lr.png", "optim.lr",
+                   ("min_attn_entropy", "max:attn/max_logit", "best_val_loss")),))
 
 LONG = Gate("the paper's output-logit divergence comes late in runs of ~1e5 steps (the pilot: "
             "log Z fell at most 0.02 nats after warmup in 1000 steps)", setting=("max_steps",
-            LONG_RUN))  # fmt: skip
-F12 = Finding(
-    "f12_z_loss",
-    "F12: output logit drift (log Z) at high learning rates, and z-loss",
-    (
-        Claim(
-            "F12a",
-            "Without z-loss log Z diverges (falls far below 0) at high learning rates",
-            WORTSMAN,
-            (
-                P("mean", ({Z: 0.0, "lr": MAX},), DRIFT, "above", measure="log_z_fall"),
-                P("mean", ({Z: 0.0, "lr": MAX},), 0.0, "below", measure="log_z_min"),
-            ),
-            SEEDS,
-            lr="curve",
-            gate=LONG,
-        ),
-        Claim(
-            "F12b",
-            "z-loss 1e-4 keeps |log Z| small at a high learning rate",
-            WORTSMAN,
-            (
-                P(
-                    "ratio2",
-                    ({Z: MAX, "lr": MAX}, {Z: 0.0, "lr": MAX}),
-                    0.5,
-                    "below",
-                    measure="final_abs_log_z",
-                ),
-            ),
-            SEEDS,
-            lr="curve",
-            gate=LONG,
-        ),
-        Claim(
-            "F12c",
-            "z-loss 1e-4 costs no final loss",
-            WORTSMAN,
-            (P("paired", ({Z: MAX, "lr": REF_LR}, {Z: 0.0, "lr": REF_LR}), CLOSE, "below"),),
-            SEEDS,
-            lr="fixed",
-            gate=Gate(
-                "uninformative: z-loss moved |log Z| by less than 1 nat (inert)",
-                P(
-                    "paired",
-                    ({Z: 0.0, "lr": REF_LR}, {Z: MAX, "lr": REF_LR}),
-                    DRIFT,
-                    "above",
-                    measure="final_abs_log_z",
-                ),
-            ),
-        ),
-    ),
-    plots=("log_z.png", "log_z_vs_lr.png", "loss_curves.png"),
-    figures=(Figure("log_z_vs_lr.png", "optim.lr", ("last:logits/log_z", "best_val_loss")),),
-)
+            LONG_RUN))
+F12 = Finding("f12_z_loss", "F12: output logit drift (log Z) at high learning rates, and z-loss", (
+    C("F12a", "Without z-loss log Z diverges (falls far below 0) at high learning rates",
+      WORTSMAN,
+      P("mean", ({Z: 0.0, "lr": MAX},), DRIFT, "above", measure="log_z_fall"),
+      P("mean", ({Z: 0.0, "lr": MAX},), 0.0, "below", measure="log_z_min"),
+      lr="curve", gate=LONG),
+    C("F12b", "z-loss 1e-4 keeps |log Z| small at a high learning rate", WORTSMAN,
+      P("ratio2", ({Z: MAX, "lr": MAX}, {Z: 0.0, "lr": MAX}), 0.5, "below",
+        measure="final_abs_log_z"), lr="curve", gate=LONG),
+    C("F12c", "z-loss 1e-4 costs no final loss", WORTSMAN,
+      P("paired", ({Z: MAX, "lr": REF_LR}, {Z: 0.0, "lr": REF_LR}), CLOSE, "below"), lr="fixed",
+      gate=Gate("uninformative: z-loss moved |log Z| by less than 1 nat (inert)",
+                P("paired", ({Z: 0.0, "lr": REF_LR}, {Z: MAX, "lr": REF_LR}), DRIFT, "above",
+                  measure="final_abs_log_z"))),
+), plots=("log_z.png", "log_z_vs_lr.png", "loss_curves.png"),
+   figures=(Figure("log_z_vs_lr.png", "optim.lr", ("last:logits/log_z", "best_val_loss")),))
 
-BOTH = {QK: True, Z: MAX}
+BOTH, LOSS = {QK: True, Z: MAX}, "final_val_loss"
 F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate with qk-layernorm "
               "and z-loss (Wortsman et al. 2023, Figure 1)", (
-    Claim("F13a", "qk-layernorm lowers the LR sensitivity while the best loss stays", WORTSMAN,
-          (P("curve", (NO_QK, WITH_QK), SENS_GAP, "above", measure="final_val_loss"),
-           P("curve", (WITH_QK, NO_QK), CLOSE, "below", stat="best", measure="final_val_loss")),
-          SEEDS, lr="curve"),
-    Claim("F13b", "With qk-layernorm on, z-loss lowers the LR sensitivity while the best loss "
-          "stays", WORTSMAN,
-          (P("curve", (WITH_QK, BOTH), SENS_GAP, "above", measure="final_val_loss"),
-           P("curve", (BOTH, WITH_QK), CLOSE, "below", stat="best", measure="final_val_loss")),
-          SEEDS, lr="curve",
-          gate=Gate("no log Z divergence without z-loss for z-loss to act on",
-                    P("mean", ({**WITH_QK, "lr": MAX},), DRIFT, "above", measure="log_z_fall"))),
-    Claim("F13c", "With qk-layernorm and z-loss the loss stays within 0.1 nats of its best up "
-          "to 10x above its best rate, further than without both", WORTSMAN,
-          (P("curve_level", (BOTH,), SPAN_UP, "above", stat="span_up", measure="final_val_loss"),
-           P("curve_ratio", (BOTH, NO_QK), 1.0, "above", stat="span_up",
-             measure="final_val_loss")), SEEDS, lr="curve",
-          departs="the paper's flat curve also has longer warmup, independent decay and "
-                  "muParam, not tested here"),
-), plots=("lr_sensitivity.png", "loss_curves.png"))  # fmt: skip
+    C("F13a", "qk-layernorm lowers the LR sensitivity while the best loss stays", WORTSMAN,
+      P("curve", (NO_QK, WITH_QK), SENS_GAP, "above", measure=LOSS),
+      P("curve", (WITH_QK, NO_QK), CLOSE, "below", stat="best", measure=LOSS), lr="curve"),
+    C("F13b", "With qk-layernorm on, z-loss lowers the LR sensitivity while the best loss "
+      "stays", WORTSMAN,
+      P("curve", (WITH_QK, BOTH), SENS_GAP, "above", measure=LOSS),
+      P("curve", (BOTH, WITH_QK), CLOSE, "below", stat="best", measure=LOSS), lr="curve",
+      gate=Gate("no log Z divergence without z-loss for z-loss to act on",
+                P("mean", ({**WITH_QK, "lr": MAX},), DRIFT, "above", measure="log_z_fall"))),
+    C("F13c", "With qk-layernorm and z-loss the loss stays within 0.1 nats of its best up to "
+      "10x above its best rate, further than without both", WORTSMAN,
+      P("curve_level", (BOTH,), SPAN_UP, "above", stat="span_up", measure=LOSS),
+      P("curve_ratio", (BOTH, NO_QK), 1.0, "above", stat="span_up", measure=LOSS), lr="curve",
+      departs="the paper's flat curve also has longer warmup, independent decay and muParam, "
+              "not tested here"),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+# fmt: on
 
-ORDER = {"f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7,
-         "placements": LEAGUE, "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12,
-         "f13": F13}  # fmt: skip
-FINDINGS: dict[str, Finding] = ORDER
+FINDINGS: dict[str, Finding] = {
+    "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
+    "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13,
+}  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

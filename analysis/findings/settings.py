@@ -25,8 +25,6 @@ class ReproduceConfig:
     confirm: ConfirmConfig | None = None
     widen: list[list[str]] = field(default_factory=list)  # launches: more rates at an edge
     arms: list[list[str]] = field(default_factory=list)  # launches: variants off the grid
-    baseline: dict[str, Any] = field(default_factory=dict)  # a key an arm varies, elsewhere
-    update_arm: dict[str, Any] = field(default_factory=dict)  # where F3c/V3 read the update
     ref_lr: float | None = None  # F2's rate
     at_batch: dict[str, dict[str, int]] = field(default_factory=dict)  # F7: steps per batch
     batch: str | None = None  # F7: the batch size as at_batch's key
