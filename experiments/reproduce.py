@@ -125,11 +125,28 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
     experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
     out = (args.out or SWEEPS / experiment).resolve()
     cfg = compose(experiment, args.overrides)
-    launches = [(o, planned_jobs(cfg, o)) for o in launch_overrides(cfg, args.overrides)]
+    launches = [
+        (o, planned_jobs(cfg, o)) for o in fresh(finding, launch_overrides(cfg, args.overrides))
+    ]
     command = " ".join(
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
     )
     return Sweep(name, finding, experiment, out, cfg, launches, command)
+
+
+def fresh(finding: Finding, launches: list[list[str]], grid: int) -> list[list[str]]:
+    """Once the registry is frozen, the launches its claims are decided on run the fresh seeds:
+    every launch of a finding that chooses no rate, its fixed-rate arms otherwise (the grid
+    chooses the rates; the confirming launches run the fresh seeds at them)."""
+    seeds = fresh_seeds(finding)
+    if not seeds:
+        return launches
+    if finding.mode == "init_probe":
+        return [[*o, f"init_probe.seeds=[{','.join(map(str, seeds))}]"] for o in launches]
+    given = "seed=" + ",".join(map(str, seeds))
+    grid = grid if finding.selects else 0
+    decided = [[o for o in more if not o.startswith("seed=")] + [given] for more in launches[grid:]]
+    return launches[:grid] + decided
 
 
 def launch(sweep: Sweep) -> int:

@@ -275,7 +275,8 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     claims = {c["id"]: c for c in record["claims"]}
     assert list(claims) == ["F1a", "F1b", "F1c", "F1d"]
     assert all(c["status"] in ("PASS", "FAIL", "INCONCLUSIVE") for c in claims.values())
-    assert all(c["intervals"] for c in claims.values())
+    assert all(c["effects"] for c in claims.values())
+    effect = {k: next(iter(c["effects"].values())) for k, c in claims.items()}
     assert record["n_runs"] == 3 and record["sweep_returncode"] == 0
     # The slope is the mean over seeds of each seed's least-squares fit (numpy's) of log grad
     # norm against log depth, from the per-seed values the probe recorded.
@@ -285,12 +286,11 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
         x = np.log([r["n_layer"] for r in runs])
         per_seed = zip(*(r["per_seed"]["last_fc2"] for r in runs), strict=True)
         slopes[runs[0]["placement"]] = np.mean([np.polyfit(x, np.log(y), 1)[0] for y in per_seed])
-    assert claims["F1a"]["intervals"]["slope"]["effect"] == pytest.approx(slopes["post"], abs=1e-3)
-    assert claims["F1b"]["intervals"]["slope"]["effect"] == pytest.approx(slopes["pre"], abs=1e-3)
-    assert claims["F1a"]["intervals"]["slope"]["n"] == [2]
+    assert effect["F1a"]["effect"] == pytest.approx(slopes["post"], abs=1e-3)
+    assert effect["F1b"]["effect"] == pytest.approx(slopes["pre"], abs=1e-3)
+    assert effect["F1a"]["n"] == [2]
     # LayerNorm output has RMS 1 after every Post-LN block; Pre-LN's stream grows.
-    low_side = claims["F1c"]["intervals"]["last/first (low side)"]
-    assert low_side["effect"] == pytest.approx(1.0, abs=0.01)
+    assert effect["F1c"]["effect"] == pytest.approx(1.0, abs=0.01)
     assert claims["F1c"]["status"] == claims["F1d"]["status"] == "PASS"
     assert "| F1a |" in (out / "verdict.md").read_text()
     report_md = (out / "report" / "report.md").read_text()  # what the probe measured

@@ -143,7 +143,8 @@ def sweep(
                 )
                 per_seed["act_ratio"].append(act[-1] / act[0])
             run = {"placement": placement, "n_layer": n_layer, "n_samples": len(samples)}
-            run["per_seed"] = per_seed  # each seed's mean over the K batches (seed intervals)
+            # each seed's mean over the K batches (seed intervals), and the seeds themselves
+            run["per_seed"] = {**per_seed, "seed": [float(x) for x in seeds]}
             for key in ("loss", *PER_LAYER):
                 run[key] = mean_std([s[key] for s in samples])
             run["loss"] = {k: v[0] for k, v in run["loss"].items()}

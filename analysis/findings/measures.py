@@ -163,9 +163,11 @@ def probe_rows(report: dict) -> list[dict]:
     for group in report.get("init_probe", []):
         per_seed = group.get("per_seed") or {}
         n = min((len(per_seed.get(k) or ()) for k in PROBE_MEASURES), default=0)
-        for i in range(n):
+        seeds = per_seed.get("seed") or range(n)  # the probe's seeds (older records: positions)
+        for i, seed in zip(range(n), seeds, strict=False):
             values = {k: round_value(per_seed[k][i]) for k in PROBE_MEASURES}
-            rows.append({"arm": group["params"], "seed": i, "outcome": "trained", "values": values})
+            row = {"arm": group["params"], "seed": int(seed), "outcome": "trained"}
+            rows.append({**row, "values": values})
     return rows
 
 
