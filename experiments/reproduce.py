@@ -125,9 +125,9 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
     experiment = finding.experiment + ("_gpu" if args.size == "gpu" else "")
     out = (args.out or SWEEPS / experiment).resolve()
     cfg = compose(experiment, args.overrides)
-    launches = [
-        (o, planned_jobs(cfg, o)) for o in fresh(finding, launch_overrides(cfg, args.overrides))
-    ]
+    grid = 1 + len(read_reproduce(cfg).widen)  # the launches that choose rates: the grid, widened
+    found = fresh(finding, launch_overrides(cfg, args.overrides), grid)
+    launches = [(o, planned_jobs(cfg, o)) for o in found]
     command = " ".join(
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
     )

@@ -331,3 +331,23 @@ def test_recompute_finds_every_verdict_identical_from_its_file(tmp_path: Path, m
     row["values"]["best_val_loss"] += 0.5
     (out / "verdict.json").write_text(json.dumps(record))
     assert reproduce.main(["--recompute", str(out / "verdict.json")]) == 1
+
+
+def test_once_frozen_the_deciding_launches_run_fresh_seeds(monkeypatch) -> None:
+    import analysis.findings as findings
+    from analysis.findings.declare import Frozen
+
+    grid = [["optim.lr=1e-3"], ["placement=pre", "optim.lr=3e-2"]]  # the grid, one widening
+    arms = [["placement=post,deepnorm", "optim.lr=1e-3", "seed=2,3,4"]]
+    assert reproduce.fresh(FINDINGS["f3"], grid + arms, 2) == grid + arms  # not frozen
+    monkeypatch.setattr(findings, "frozen", lambda: Frozen("x", first_seed=1000))
+    seeds = "seed=" + ",".join(str(1000 + i) for i in range(FINDINGS["f3"].seeds))
+    # F3 chooses rates: the grid keeps its seeds, the fixed-rate arm runs the fresh ones
+    assert reproduce.fresh(FINDINGS["f3"], grid + arms, 2) == [
+        *grid, ["placement=post,deepnorm", "optim.lr=1e-3", seeds]
+    ]  # fmt: skip
+    # F2 chooses none: its whole sweep runs the fresh seeds; F1's probe takes them as its own
+    f2 = reproduce.fresh(FINDINGS["f2"], [["seed=0,1"]], 1)
+    assert f2 == [["seed=" + ",".join(str(1000 + i) for i in range(FINDINGS["f2"].seeds))]]
+    (f1,) = reproduce.fresh(FINDINGS["f1"], [[]], 1)
+    assert f1 == [f"init_probe.seeds=[{','.join(str(1000 + i) for i in range(5))}]"]
