@@ -72,7 +72,11 @@ def decide_seeds(report: dict, reproduce: ReproduceConfig) -> list:
     """The seeds a finding is decided on: the freeze's fresh seeds where the sweep ran them,
     else the experiment's confirming seeds (a pilot), else none (every seed: exploratory)."""
     seeds = {r.get("seed") for v in report.get("variants", []) for r in v["runs"]}
-    seeds |= {int(s) for g in report.get("init_probe", []) for s in g["per_seed"].get("seed", [])}
+    seeds |= {
+        int(s)
+        for g in report.get("init_probe", [])
+        for s in (g.get("per_seed") or {}).get("seed", [])
+    }
     first = (frozen() or Frozen("")).first_seed
     fresh = sorted(s for s in seeds if isinstance(s, int) and s >= first)
     return fresh or sorted(set(reproduce.confirm.seeds if reproduce.confirm else ()) & seeds)

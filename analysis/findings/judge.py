@@ -295,7 +295,7 @@ def interval_effect(ci: stats.Interval, part: Part) -> dict[str, Any]:
                   if part.side in flip else 1.0 - p_pass)  # fmt: skip
     except ValueError:
         p_pass = p_fail = None
-    out = {"effect": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": list(ci.n),
+    out = {"effect": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": list(ci.n), "sd": list(ci.sd),
            "method": ci.method, "scale": ci.scale, "outcome": outcome,
            "p_pass": p_pass, "p_fail": p_fail}  # fmt: skip
     if outcome == "INCONCLUSIVE":
@@ -464,6 +464,8 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
         for key in ("effect", "lo", "hi", "p_pass", "p_fail"):
             if isinstance(effect.get(key), float) and math.isfinite(effect[key]):
                 effect[key] = float(f"{effect[key]:.6g}")
+        if "sd" in effect:
+            effect["sd"] = [float(f"{x:.6g}") if math.isfinite(x) else x for x in effect["sd"]]
     verdict["arms"], verdict["note"] = reading.arms, "; ".join(reading.notes)
     verdict["decided_on"] = reading.decide
     return verdict

@@ -1,0 +1,81 @@
+"""Seeds per arm from a pilot: the power calculation that fixes a claim's ``seeds`` before its
+registry entry is frozen (docs/reproducing.md).
+
+An interval effect needs the n per arm at which an interval centred on the pilot's effect, with
+the pilot's spread, clears the margin with probability POWER at the 95% level:
+
+    |effect - margin| >= (t(0.975, df) + t(POWER, df)) * sqrt(sum_i (w_i sd_i)^2 / n)
+
+(on the logs for a ratio; w the contrast's weights, 1 otherwise; df = arms x (n - 1), n - 1 for
+one arm or a paired difference). A rate needs the n at which, if the true rate is the pilot's,
+its exact (Clopper-Pearson) interval clears the margin with probability POWER. Either is held
+between a floor and a cap: the floor so that no claim is decided on a handful of seeds, the cap
+so that the suite fits its time budget; a claim at the cap says so (its power is lower).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scipy.stats import binom
+from scipy.stats import t as student_t
+
+from analysis import stats
+
+POWER = 0.8
+FLOOR, CAP = 5, 10  # interval claims
+RATE_FLOOR, RATE_CAP = 6, 12  # rates: 6 of 6 is the fewest whose exact interval clears 0.5
+
+
+def interval_seeds(
+    effect: float,
+    margin: float,
+    sds: Sequence[float],
+    scale: str = "linear",
+    weights: Sequence[float] = (),
+    paired: bool = False,
+) -> int | None:
+    """The seeds per arm at which the pilot's effect clears ``margin`` with POWER; None when
+    the effect sits on the margin or its spread is unknown (no n would do)."""
+    if scale == "log":
+        if effect <= 0 or margin <= 0:
+            return None
+        effect, margin = math.log(effect), math.log(margin)
+    weights = weights or [1.0] * len(sds)
+    spread = sum((w * s) ** 2 for w, s in zip(weights, sds, strict=True))
+    distance = abs(effect - margin)
+    if not math.isfinite(spread) or not math.isfinite(distance) or distance == 0:
+        return None
+    arms = 1 if paired else len(sds)
+    for n in range(2, 1001):
+        df = arms * (n - 1)
+        needed = student_t.ppf(0.975, df) + student_t.ppf(POWER, df)
+        if distance >= needed * math.sqrt(spread / n):
+            return n
+    return None
+
+
+def rate_seeds(rate: float, margin: float, side: str, most: int = 200) -> int | None:
+    """The runs at which an arm whose true rate is ``rate`` has an exact interval on ``side`` of
+    ``margin`` with probability POWER; None when no n up to ``most`` does."""
+    for n in range(1, most + 1):
+        ok = 0.0
+        for k in range(n + 1):
+            lo, hi = stats.rate_interval(k, n)
+            if (lo >= margin) if side == "above" else (hi <= margin):
+                ok += binom.pmf(k, n, rate)
+        if ok >= POWER:
+            return n
+    return None
+
+
+def held(n: int | None, floor: int, cap: int) -> tuple[int, str]:
+    """``n`` between the floor and the cap, and what was done to it."""
+    if n is None:
+        return cap, "no n clears the margin at the pilot's effect: the cap"
+    if n < floor:
+        return floor, f"needs {n}: the floor"
+    if n > cap:
+        return cap, f"needs {n}: the cap (power below {POWER:.0%})"
+    return n, f"needs {n}"

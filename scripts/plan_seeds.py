@@ -1,0 +1,108 @@
+"""Seeds per arm for each claim from its pilot (analysis/power.py), before the freeze:
+
+    python -m scripts.plan_seeds [--pilots docs/findings]
+
+Each finding's pilot is its published report (DIR/<finding>/report/report.json): its runs are
+read into the finding's table and every effect estimated as the judge would; a claim needs the
+largest n any of its effects needs. A claim whose pilot lacks its per-run values (probe-derived
+measures: the pilots' run dirs are not kept) gets the floor, and the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analysis import power
+from analysis.findings import FINDINGS, decide_finding
+from analysis.findings.judge import NoData, Reading, estimate, expand
+from analysis.findings.settings import read_reproduce
+from experiments.sweep import compose
+
+RATES = ("rate", "pairs")  # one rate against a margin
+FISHER = ("rate2", "split")  # two rates, Fisher's exact test
+
+
+def fisher_seeds(k: list[int], n: list[int], side: str) -> int | None:
+    """The runs per arm at which Fisher's test passes with POWER if the pilot's rates hold."""
+    from scipy.stats import binom
+
+    from analysis.stats import rate_test
+
+    p = [ki / ni for ki, ni in zip(k, n, strict=True)]
+    for m in range(2, power.RATE_CAP + 1):
+        ok = sum(
+            binom.pmf(a, m, p[0]) * binom.pmf(b, m, p[1])
+            for a in range(m + 1)
+            for b in range(m + 1)
+            if rate_test(a, m, b, m, side) <= 0.025
+        )
+        if ok >= power.POWER:
+            return m
+    return None
+
+
+def part_seeds(part, effect: dict) -> tuple[int | None, bool]:
+    """(n the effect needs, whether it is a rate)."""
+    kind = part.estimand
+    if kind in RATES:
+        return power.rate_seeds(effect["effect"], part.margin, part.side), True
+    if kind in FISHER:
+        return fisher_seeds(effect["k"], effect["n"], part.side), True
+    if kind == "every":
+        return None, False
+    margin = (
+        part.margin if part.side != "within" else part.margin * (1 if effect["effect"] >= 0 else -1)
+    )
+    weights = part.weights if kind == "contrast" else ()
+    one = kind in ("paired", "mean", "ratio", "slope", "curve_level")  # one spread, n - 1 df
+    n = power.interval_seeds(effect["effect"], margin, effect["sd"], effect["scale"], weights, one)
+    return n, False
+
+
+def plan(pilots: Path) -> list[tuple[str, str, int, str]]:
+    out = []
+    for name, finding in FINDINGS.items():
+        folder = pilots / ("f6" if name == "f13" else name)
+        report_path = folder / "report" / "report.json"
+        if not report_path.is_file():
+            out += [(name, c.id, c.seeds, "no pilot report") for c in finding.claims]
+            continue
+        cfg = compose(finding.experiment, [])
+        table, _ = decide_finding(name, json.loads(report_path.read_text()), read_reproduce(cfg))
+        for claim in finding.claims:
+            needs, said, rate = [], [], False
+            for part in claim.parts:
+                try:
+                    for label, one in expand(part, table["rows"]):
+                        n, is_rate = part_seeds(one, estimate(one, Reading(claim, table)))
+                        rate |= is_rate
+                        needs.append(n)
+                        said.append(f"{label}: {n if n is not None else '-'}")
+                except NoData as err:
+                    said.append(f"no pilot values ({err})")
+                    needs.append(None)
+            floor, cap = (power.RATE_FLOOR, power.RATE_CAP) if rate else (power.FLOOR, power.CAP)
+            known = [n for n in needs if n is not None]
+            if not known:
+                n, why = floor, "no pilot effect to size it on: the floor"
+            else:
+                n, why = power.held(max(known) if None not in needs else max(known), floor, cap)
+            out.append((name, claim.id, n, f"{why}; " + "; ".join(said)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scripts.plan_seeds", description=__doc__)
+    p.add_argument("--pilots", type=Path, default=Path("docs/findings"))
+    args = p.parse_args(argv)
+    print("| finding | claim | seeds per arm | why |\n|---|---|---|---|")
+    for name, cid, n, why in plan(args.pilots):
+        print(f"| {name} | {cid} | {n} | {why.replace('|', '/')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
