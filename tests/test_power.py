@@ -16,7 +16,7 @@ def test_interval_seeds_by_hand() -> None:
     # 0.2 >= (t(.975, 2(n-1)) + t(.8, 2(n-1))) * sqrt(0.02 / n)
     def clears(n: int) -> bool:
         df = 2 * (n - 1)
-        return 0.2 >= (sp.t.ppf(0.975, df) + sp.t.ppf(0.8, df)) * math.sqrt(0.02 / n)
+        return (sp.t.ppf(0.975, df) + sp.t.ppf(0.8, df)) * math.sqrt(0.02 / n) <= 0.2
 
     want = next(n for n in range(2, 100) if clears(n))
     assert power.interval_seeds(0.3, 0.1, (0.1, 0.1)) == want == 6
