@@ -1,5 +1,5 @@
 """Uncertainty over seeds, for verdicts: a 95% confidence interval on an effect, and the decision
-it supports against a margin fixed before the runs.
+it supports against the margin its claim declares (analysis/findings/registry.py).
 
 The intervals are Student t over seeds: for one arm, mean ± t(0.975, n-1) · s/√n; for a
 difference of two arms' means, or any weighted sum of arms' means (a contrast, e.g. one drop

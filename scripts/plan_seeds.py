@@ -83,13 +83,13 @@ def plan(pilots: Path) -> list[tuple[str, str, int, str]]:
                         said.append(f"{label}: {n if n is not None else '-'}")
                 except NoData as err:
                     said.append(f"no pilot values ({err})")
-                    needs.append(None)
             floor, cap = (power.RATE_FLOOR, power.RATE_CAP) if rate else (power.FLOOR, power.CAP)
-            known = [n for n in needs if n is not None]
-            if not known:
+            if not needs:
                 n, why = floor, "no pilot effect to size it on: the floor"
+            elif None in needs:  # an effect no n clears at the pilot's estimate
+                n, why = power.held(None, floor, cap)
             else:
-                n, why = power.held(max(known) if None not in needs else max(known), floor, cap)
+                n, why = power.held(max(needs), floor, cap)
             out.append((name, claim.id, n, f"{why}; " + "; ".join(said)))
     return out
 

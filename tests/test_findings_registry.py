@@ -118,3 +118,11 @@ def test_each_finding_reads_only_the_measures_it_names() -> None:
     assert wanted(FINDINGS["f1"]) == set(PROBE_MEASURES)
     assert {"final_val_loss", "first_train_loss", "log_z_fall"} <= wanted(FINDINGS["f13"])
     assert "peak_logit" not in wanted(FINDINGS["f2"])
+
+
+def test_each_findings_readme_shows_the_registry_as_it_is() -> None:
+    """The claims' rules, seeds and ledgers in docs/findings/*/README.md are written from the
+    registry (scripts/findings_docs.py): a changed claim without its README rewritten fails."""
+    from scripts import findings_docs
+
+    assert findings_docs.main(["--check"]) == 0

@@ -176,7 +176,7 @@ LEAGUE = Finding("placements_depth", "The placements league: every placement 12 
     worse_at_depth("P1", "Post-LN ends far worse than Pre-LN and DeepNorm at depth",
                    "post", "pre", "deepnorm"),
     trains("P2", "pre", XIONG),
-    trains("P3", "deepnorm", WANG),
+    trains("P3", "deepnorm", WANG, seeds=12),
     trains("P4", "sandwich", "Ding et al. 2021; Kim et al. 2025"),
     trains("P5", "admin", LIU),
     trains("P6", "rezero", "Bachlechner et al. 2020",
