@@ -5,6 +5,7 @@ claims, write and publish the verdicts, and time it all; ``all`` runs every find
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -19,13 +20,16 @@ from rich.table import Table
 from analysis.findings import (
     ALIASES,
     FINDINGS,
+    FROZEN,
     Finding,
     confirm_lrs,
     decide_finding,
     fresh_seeds,
+    frozen,
     hash_now,
     recompute,
 )
+from analysis.findings.declare import Frozen, claim_hash
 from analysis.findings.settings import read_reproduce
 from analysis.report import table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
@@ -91,9 +95,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "and say whether each is identical",
     )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
+    p.add_argument(
+        "--freeze",
+        action="store_true",
+        help="freeze the registry: record every claim's hash and the fresh seeds the "
+        "confirmatory runs take (analysis/findings/frozen.json)",
+    )
     args = p.parse_intermixed_args(argv)
-    if (args.finding is None) == (args.recompute is None):
-        p.error("name a finding (or all), or --recompute DIR...")
+    if sum([args.finding is not None, args.recompute is not None, args.freeze]) != 1:
+        p.error("name a finding (or all), or --recompute DIR..., or --freeze")
     return args
 
 
@@ -172,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.recompute:
         return recompute_all(args.recompute)
+    if args.freeze:
+        return freeze()
     if args.finding == "all":
         return reproduce_all(args)
     try:
@@ -370,6 +382,30 @@ def reproduce_all(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"sweeps' wall time in all: {total:.1f} min")
     return code
+
+
+def freeze() -> int:
+    """Write frozen.json: the registry's hash, each claim's, the date, the commit and the first
+    fresh seed. A second freeze moves the fresh seeds past every seed the first one handed out
+    (a confirmatory run is never repeated on seeds it has seen) and names the claims it changes."""
+    import datetime
+    import subprocess
+
+    before = frozen()
+    claims = {c.id: claim_hash(c) for f in FINDINGS.values() for c in f.claims}
+    first = 1000 if before is None else before.first_seed + 1000
+    if before is not None:
+        changed = sorted(k for k, h in claims.items() if before.claims.get(k) != h)
+        console.print(f"refreezing: changed since the last freeze: {', '.join(changed) or 'none'}")
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=ROOT, check=False)  # fmt: skip
+    record = Frozen(hash_now(), claims, first, datetime.date.today().isoformat(),
+                    git.stdout.strip())  # fmt: skip
+    FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
+    seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}"
+    console.print(f"frozen: registry {record.registry}, {len(claims)} claims, fresh seeds {seeds}"
+                  f" -> {FROZEN}")  # fmt: skip
+    return 0
 
 
 def text(verdict: dict) -> str:

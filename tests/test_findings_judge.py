@@ -218,3 +218,19 @@ def test_a_verdict_is_recomputed_from_its_json_alone() -> None:
     assert [json.dumps(v, sort_keys=True) for v in again] == [
         json.dumps(v, sort_keys=True) for v in record["claims"]
     ]
+
+
+def test_confirmatory_only_under_the_frozen_claim_on_its_fresh_seeds() -> None:
+    from analysis.findings.declare import Frozen, claim_hash
+
+    c = Claim("C1", "c", "s", (Part("mean", (A,), 3.0, "below"),), 3, lr="fixed")
+    finding = Finding("x", "x", (c,))
+    fresh = table(rows(A, [2.0, 2.1, 2.05, 2.2], first_seed=1000), decide=[1000, 1001, 1002, 1003])
+    frozen = Frozen("r", {"C1": claim_hash(c)}, first_seed=1000)
+    (v,) = judge_finding(finding, fresh, frozen)
+    assert v["mode"] == "confirmatory" and v["decided_on"] == [1000, 1001, 1002]  # its n, no more
+    moved = Finding("x", "x", (Claim("C1", "c", "s", (Part("mean", (A,), 2.9, "below"),), 3,
+                                     lr="fixed"),))  # fmt: skip
+    assert judge_finding(moved, fresh, frozen)[0]["mode"] == "exploratory"  # changed after
+    pilot = table(rows(A, [2.0, 2.1, 2.05]), decide=[])
+    assert judge_finding(finding, pilot, frozen)[0]["mode"] == "exploratory"  # not fresh seeds

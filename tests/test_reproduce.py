@@ -351,3 +351,21 @@ def test_once_frozen_the_deciding_launches_run_fresh_seeds(monkeypatch) -> None:
     assert f2 == [["seed=" + ",".join(str(1000 + i) for i in range(FINDINGS["f2"].seeds))]]
     (f1,) = reproduce.fresh(FINDINGS["f1"], [[]], 1)
     assert f1 == [f"init_probe.seeds=[{','.join(str(1000 + i) for i in range(5))}]"]
+
+
+def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import analysis.findings as findings
+    from analysis.findings.declare import claim_hash
+
+    path = tmp_path / "frozen.json"
+    monkeypatch.setattr(findings, "FROZEN", path)
+    monkeypatch.setattr(reproduce, "FROZEN", path)
+    assert reproduce.main(["--freeze"]) == 0
+    record = json.loads(path.read_text())
+    f2b = FINDINGS["f2"].claims[1]
+    assert record["claims"]["F2b"] == claim_hash(f2b) and record["first_seed"] == 1000
+    assert findings.fresh_seeds(FINDINGS["f2"]) == list(range(1000, 1000 + FINDINGS["f2"].seeds))
+    assert reproduce.main(["--freeze"]) == 0  # a second freeze never reuses the seeds
+    assert json.loads(path.read_text())["first_seed"] == 2000

@@ -29,6 +29,7 @@ FROZEN = Path(__file__).with_name("frozen.json")  # written by the freeze (docs/
 __all__ = [
     "ALIASES",
     "FINDINGS",
+    "FROZEN",
     "VERDICTS",
     "Claim",
     "Finding",
@@ -36,6 +37,7 @@ __all__ = [
     "confirm_lrs",
     "decide_finding",
     "fresh_seeds",
+    "frozen",
     "hash_now",
     "recompute",
     "wanted",
