@@ -17,7 +17,8 @@ from pathlib import Path
 
 from analysis import power
 from analysis.findings import FINDINGS, decide_finding
-from analysis.findings.judge import NoData, Reading, estimate, expand
+from analysis.findings.estimands import estimate
+from analysis.findings.select import NoData, Reading, expand
 from analysis.findings.settings import read_reproduce
 from experiments.sweep import compose
 

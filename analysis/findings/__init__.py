@@ -19,9 +19,10 @@ from analysis.findings.declare import (
     Part,
     registry_hash,
 )
-from analysis.findings.judge import VERDICTS, NoData, confirm_lrs, judge_finding
+from analysis.findings.judge import VERDICTS, confirm_lrs, judge_finding
 from analysis.findings.measures import CURVE_MEASURES, PROBE_MEASURES, table
 from analysis.findings.registry import ALIASES, FINDINGS
+from analysis.findings.select import NoData
 from analysis.findings.settings import ReproduceConfig
 
 FROZEN = Path(__file__).with_name("frozen.json")  # written by the freeze (docs/reproducing.md)
