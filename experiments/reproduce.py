@@ -146,17 +146,24 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
 
 def fresh(finding: Finding, launches: list[list[str]], grid: int) -> list[list[str]]:
     """Once the registry is frozen, the launches its claims are decided on run the fresh seeds:
-    every launch of a finding that chooses no rate, its fixed-rate arms otherwise (the grid
-    chooses the rates; the confirming launches run the fresh seeds at them)."""
+    every launch of a finding that chooses no rate; of one that does, its arms at one fixed rate
+    (the grid, its widenings and an arm on the grid's rates choose the rates; the confirming
+    launches run the fresh seeds at them)."""
     seeds = fresh_seeds(finding)
     if not seeds:
         return launches
     if finding.mode == "init_probe":
         return [[*o, f"init_probe.seeds=[{','.join(map(str, seeds))}]"] for o in launches]
     given = "seed=" + ",".join(map(str, seeds))
-    grid = grid if finding.selects else 0
-    decided = [[o for o in more if not o.startswith("seed=")] + [given] for more in launches[grid:]]
-    return launches[:grid] + decided
+
+    def decides(k: int, launch: list[str]) -> bool:
+        fixed = any(o.startswith("optim.lr=") and "," not in o for o in launch)
+        return not finding.selects or (k >= grid and fixed)
+
+    return [
+        [o for o in launch if not o.startswith("seed=")] + [given] if decides(k, launch) else launch
+        for k, launch in enumerate(launches)
+    ]
 
 
 def launch(sweep: Sweep) -> int:
@@ -385,26 +392,35 @@ def reproduce_all(args: argparse.Namespace) -> int:
 
 
 def freeze() -> int:
-    """Write frozen.json: the registry's hash, each claim's, the date, the commit and the first
-    fresh seed. A second freeze moves the fresh seeds past every seed the first one handed out
-    (a confirmatory run is never repeated on seeds it has seen) and names the claims it changes."""
+    """Write frozen.json: the registry's hash, each claim's hash and first fresh seed, the date
+    and the commit. A second freeze keeps every unchanged claim's entry and gives the new or
+    changed ones seeds past every seed handed out before (a confirmatory run is never repeated on
+    seeds it has seen), naming them."""
     import datetime
     import subprocess
 
-    before = frozen()
-    claims = {c.id: claim_hash(c) for f in FINDINGS.values() for c in f.claims}
-    first = 1000 if before is None else before.first_seed + 1000
-    if before is not None:
-        changed = sorted(k for k, h in claims.items() if before.claims.get(k) != h)
-        console.print(f"refreezing: changed since the last freeze: {', '.join(changed) or 'none'}")
+    before = frozen() or Frozen("")
+    first, claims, changed = before.next_seed, {}, []
+    for claim in (c for f in FINDINGS.values() for c in f.claims):
+        kept = before.claims.get(claim.id)
+        if kept and kept["hash"] == claim_hash(claim):
+            claims[claim.id] = kept  # unchanged: its seeds and any verdict on them stand
+        else:
+            claims[claim.id] = {"hash": claim_hash(claim), "first_seed": first}
+            changed.append(claim.id)
+    if before.claims:
+        console.print(
+            f"refreezing: new or changed since the last freeze: {', '.join(changed) or 'none'}"
+        )
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT, check=False)  # fmt: skip
-    record = Frozen(hash_now(), claims, first, datetime.date.today().isoformat(),
+    step = 1000 if changed else 0  # the next freeze's seeds lie past every one handed out
+    record = Frozen(hash_now(), claims, first + step, datetime.date.today().isoformat(),
                     git.stdout.strip())  # fmt: skip
     FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
-    seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}"
-    console.print(f"frozen: registry {record.registry}, {len(claims)} claims, fresh seeds {seeds}"
-                  f" -> {FROZEN}")  # fmt: skip
+    seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
+    console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
+                  f"new or changed ones: {seeds} -> {FROZEN}")  # fmt: skip
     return 0
 
 

@@ -121,7 +121,7 @@ def test_the_league_runs_olmo2s_block_as_an_arm_on_the_grids_rates_and_seeds() -
     grid, _, arm = reproduce_sweep.launch_overrides(cfg, [])
     jobs = reproduce_sweep.planned_jobs(cfg, arm)
     swept = reproduce_sweep.swept_values(jobs)
-    assert len(jobs) == 4 * 2 and [float(x) for x in swept["optim.lr"]] == [3e-4, 1e-3, 3e-3, 1e-2]
+    assert len(jobs) == 4 * 3 and [float(x) for x in swept["optim.lr"]] == [3e-4, 1e-3, 3e-3, 1e-2]
     for key, value in [("placement", "reorder"), ("norm", "rmsnorm"),
                        ("model.qk_norm_width", "full")]:  # fmt: skip
         assert all(f"{key}={value}" in job for job in jobs)

@@ -226,7 +226,7 @@ def test_confirmatory_only_under_the_frozen_claim_on_its_fresh_seeds() -> None:
     c = Claim("C1", "c", "s", (Part("mean", (A,), 3.0, "below"),), 3, lr="fixed")
     finding = Finding("x", "x", (c,))
     fresh = table(rows(A, [2.0, 2.1, 2.05, 2.2], first_seed=1000), decide=[1000, 1001, 1002, 1003])
-    frozen = Frozen("r", {"C1": claim_hash(c)}, first_seed=1000)
+    frozen = Frozen("r", {"C1": {"hash": claim_hash(c), "first_seed": 1000}})
     (v,) = judge_finding(finding, fresh, frozen)
     assert v["mode"] == "confirmatory" and v["decided_on"] == [1000, 1001, 1002]  # its n, no more
     moved = Finding("x", "x", (Claim("C1", "c", "s", (Part("mean", (A,), 2.9, "below"),), 3,

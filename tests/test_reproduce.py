@@ -333,14 +333,21 @@ def test_recompute_finds_every_verdict_identical_from_its_file(tmp_path: Path, m
     assert reproduce.main(["--recompute", str(out / "verdict.json")]) == 1
 
 
+def all_frozen_at(first: int):
+    from analysis.findings.declare import Frozen, claim_hash
+
+    claims = {c.id: {"hash": claim_hash(c), "first_seed": first}
+              for f in FINDINGS.values() for c in f.claims}  # fmt: skip
+    return Frozen("x", claims, first + 1000)
+
+
 def test_once_frozen_the_deciding_launches_run_fresh_seeds(monkeypatch) -> None:
     import analysis.findings as findings
-    from analysis.findings.declare import Frozen
 
     grid = [["optim.lr=1e-3"], ["placement=pre", "optim.lr=3e-2"]]  # the grid, one widening
     arms = [["placement=post,deepnorm", "optim.lr=1e-3", "seed=2,3,4"]]
     assert reproduce.fresh(FINDINGS["f3"], grid + arms, 2) == grid + arms  # not frozen
-    monkeypatch.setattr(findings, "frozen", lambda: Frozen("x", first_seed=1000))
+    monkeypatch.setattr(findings, "frozen", lambda: all_frozen_at(1000))
     seeds = "seed=" + ",".join(str(1000 + i) for i in range(FINDINGS["f3"].seeds))
     # F3 chooses rates: the grid keeps its seeds, the fixed-rate arm runs the fresh ones
     assert reproduce.fresh(FINDINGS["f3"], grid + arms, 2) == [
@@ -365,7 +372,27 @@ def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
     assert reproduce.main(["--freeze"]) == 0
     record = json.loads(path.read_text())
     f2b = FINDINGS["f2"].claims[1]
-    assert record["claims"]["F2b"] == claim_hash(f2b) and record["first_seed"] == 1000
+    assert record["claims"]["F2b"] == {"hash": claim_hash(f2b), "first_seed": 1000}
     assert findings.fresh_seeds(FINDINGS["f2"]) == list(range(1000, 1000 + FINDINGS["f2"].seeds))
-    assert reproduce.main(["--freeze"]) == 0  # a second freeze never reuses the seeds
-    assert json.loads(path.read_text())["first_seed"] == 2000
+    assert reproduce.main(["--freeze"]) == 0  # nothing changed: every entry stands
+    assert json.loads(path.read_text()) | {"date": "", "commit": ""} == record | {
+        "date": "",
+        "commit": "",
+    }
+    record["claims"]["F2b"]["hash"] = "changed since"  # as if F2b's entry had moved
+    path.write_text(json.dumps(record))
+    assert reproduce.main(["--freeze"]) == 0  # a changed claim gets seeds never handed out
+    again = json.loads(path.read_text())
+    assert again["claims"]["F2b"]["first_seed"] == 2000 and again["next_seed"] == 3000
+    assert again["claims"]["F2a"]["first_seed"] == 1000  # unchanged: its seeds stand
+
+
+def test_an_arm_on_the_grids_rates_keeps_the_grid_seeds(monkeypatch) -> None:
+    """The league's OLMo 2 arm runs on the grid's rates: it chooses its rate like the grid, so
+    it keeps the grid's seeds after the freeze; only an arm at one fixed rate decides."""
+    import analysis.findings as findings
+
+    monkeypatch.setattr(findings, "frozen", lambda: all_frozen_at(1000))
+    cfg = reproduce_sweep.compose("placements_depth", [])
+    launches = reproduce_sweep.launch_overrides(cfg, [])
+    assert reproduce.fresh(FINDINGS["placements"], launches, 2) == launches

@@ -68,20 +68,20 @@ def settings_of(reproduce: ReproduceConfig) -> dict[str, Any]:
 def fresh_seeds(finding: Finding) -> list[int]:
     """The confirmatory run's seeds once the registry is frozen (none before)."""
     found = frozen()
-    return list(range(found.first_seed, found.first_seed + finding.seeds)) if found else []
+    firsts = [s for c in finding.claims if found and (s := found.first_seed(c.id)) is not None]
+    return list(range(max(firsts), max(firsts) + finding.seeds)) if firsts else []
 
 
-def decide_seeds(report: dict, reproduce: ReproduceConfig) -> list:
-    """The seeds a finding is decided on: the freeze's fresh seeds where the sweep ran them,
-    else the experiment's confirming seeds (a pilot), else none (every seed: exploratory)."""
+def decide_seeds(report: dict, reproduce: ReproduceConfig, finding: Finding) -> list:
+    """The seeds a finding is decided on: its frozen fresh seeds where the sweep ran them, else
+    the experiment's confirming seeds (a pilot), else none (every seed: exploratory)."""
     seeds = {r.get("seed") for v in report.get("variants", []) for r in v["runs"]}
     seeds |= {
         int(s)
         for g in report.get("init_probe", [])
         for s in (g.get("per_seed") or {}).get("seed", [])
     }
-    first = (frozen() or Frozen("")).first_seed
-    fresh = sorted(s for s in seeds if isinstance(s, int) and s >= first)
+    fresh = sorted(set(fresh_seeds(finding)) & seeds)
     return fresh or sorted(set(reproduce.confirm.seeds if reproduce.confirm else ()) & seeds)
 
 
@@ -91,7 +91,9 @@ def decide_finding(
     """The finding's per-run table read from ``report`` and every claim decided on it."""
     reproduce = reproduce or ReproduceConfig()
     finding = FINDINGS[ALIASES.get(name, name)]
-    runs = table(report, wanted(finding), settings_of(reproduce), decide_seeds(report, reproduce))
+    runs = table(
+        report, wanted(finding), settings_of(reproduce), decide_seeds(report, reproduce, finding)
+    )
     return runs, judge_finding(finding, runs, frozen())
 
 

@@ -200,10 +200,16 @@ def registry_hash(findings: dict[str, Finding]) -> str:
 
 @dataclass(frozen=True)
 class Frozen:
-    """analysis/findings/frozen.json: the claims' hashes at the freeze and the fresh seeds."""
+    """analysis/findings/frozen.json: each claim's hash at its freeze and the first of the fresh
+    seeds it is decided on (first_seed .. first_seed + seeds - 1); ``next_seed``, the first seed
+    no freeze has handed out yet."""
 
     registry: str
-    claims: dict[str, str] = field(default_factory=dict)  # claim id -> claim_hash at the freeze
-    first_seed: int = 1000  # the confirmatory runs' seeds: first_seed .. + seeds - 1
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> hash, first_seed
+    next_seed: int = 1000
     date: str = ""
     commit: str = ""
+
+    def first_seed(self, claim_id: str) -> int | None:
+        entry = self.claims.get(claim_id)
+        return entry["first_seed"] if entry else None

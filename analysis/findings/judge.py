@@ -124,9 +124,10 @@ def holm_adjust(verdicts: list[dict]) -> None:
 
 def confirmatory(verdict: dict, frozen: Frozen | None, claim: Claim) -> bool:
     """Decided under a frozen declaration, on fresh seeds, at its declared n per arm."""
-    if frozen is None or frozen.claims.get(claim.id) != verdict["hash"]:
+    entry = frozen.claims.get(claim.id) if frozen else None
+    if entry is None or entry["hash"] != verdict["hash"]:
         return False
-    fresh = range(frozen.first_seed, frozen.first_seed + claim.seeds)
+    fresh = range(entry["first_seed"], entry["first_seed"] + claim.seeds)
     return len(verdict["decided_on"]) == claim.seeds and all(
         s in fresh for s in verdict["decided_on"]
     )
