@@ -234,3 +234,11 @@ def test_confirmatory_only_under_the_frozen_claim_on_its_fresh_seeds() -> None:
     assert judge_finding(moved, fresh, frozen)[0]["mode"] == "exploratory"  # changed after
     pilot = table(rows(A, [2.0, 2.1, 2.05]), decide=[])
     assert judge_finding(finding, pilot, frozen)[0]["mode"] == "exploratory"  # not fresh seeds
+
+
+def test_a_claim_that_an_arm_trains_fails_when_none_does() -> None:
+    """ "Trains at depth" is a rate of trained runs: none trained is its FAIL, not the plateau
+    gate a loss comparison takes."""
+    stalled = table(rows(A, [3.2] * 6, "stalled"))
+    v = judge_claim(claim(Part("rate", (A,), 0.5, "above", event="trained"), seeds=6), stalled)
+    assert v["status"] == "FAIL" and only(v)["k"] == [0]

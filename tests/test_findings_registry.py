@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from analysis.findings import FINDINGS, decide_finding, wanted
-from analysis.findings.declare import ESTIMANDS, Part, claim_hash, registry_hash, rule_text
+from analysis.findings.declare import (
+    ESTIMANDS,
+    Part,
+    claim_hash,
+    part_text,
+    registry_hash,
+    rule_text,
+)
 from analysis.findings.measures import MEASURES, PROBE_MEASURES
 from analysis.findings.settings import ReproduceConfig
 
@@ -28,6 +35,8 @@ def test_every_claim_is_declared_in_full() -> None:
                 assert part.estimand in ESTIMANDS
                 assert part.measure in MEASURES or part.measure in PROBE_MEASURES, claim.id
             assert claim.seeds >= 5 and claim.source and claim.statement
+            names = [part_text(p) for p in claim.parts]  # each effect's name in the verdict
+            assert len(set(names)) == len(names), claim.id
             text = rule_text(claim)
             for part in claim.parts:  # the margin a verdict is decided by is in its text
                 assert f"{part.margin:g}" in text, (claim.id, text)

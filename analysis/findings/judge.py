@@ -56,7 +56,10 @@ def gate_absent(claim: Claim, table: dict) -> str | None:
 
 
 def untrained(reading: Reading) -> str | None:
-    losses = any(p.measure in LOSSES for p in reading.claim.parts)
+    """The one gate every claim that compares losses or outcomes shares: when none of the runs it
+    reads trained, it compares plateaus. A claim that one arm trains (a rate of trained runs) is
+    decided by exactly that, so FAILs instead."""
+    losses = any(p.measure in LOSSES and p.estimand != "rate" for p in reading.claim.parts)
     read = [a for a in reading.arms.values() if a["runs"]]
     if losses and read and all(a.get("trained", 0) == 0 for a in read):
         return (

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Claim, Part, effect_text
+from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Claim, Part, part_text
 
 MIN_GRID = 3  # grid seeds at a rate for stable_best
 
@@ -66,10 +66,11 @@ def resolve(arm: dict[str, Any], rows: list[dict], settings: dict) -> dict[str, 
 
 
 def expand(part: Part, rows: list[dict]) -> list[tuple[str, Part]]:
-    """One part per value of an EACH key (its ``top`` largest only, when set)."""
+    """One part per value of an EACH key (its ``top`` largest only, when set), each named by its
+    rule's text (its measure and margin too: two parts of a claim never share a name)."""
     keys = [k for arm in part.arms for k, v in arm.items() if v == EACH]
     if not keys:
-        return [(effect_text(part), part)]
+        return [(part_text(part), part)]
     key = keys[0]
     found = key_values(rows, key)[-part.top :] if part.top else key_values(rows, key)
     if not found:
@@ -78,7 +79,7 @@ def expand(part: Part, rows: list[dict]) -> list[tuple[str, Part]]:
     for value in found:
         arms = tuple({k: value if v == EACH else v for k, v in a.items()} for a in part.arms)
         one = replace(part, arms=arms)
-        out.append((effect_text(one), one))
+        out.append((part_text(one), one))
     return out
 
 
