@@ -60,3 +60,12 @@ def compose_cfg() -> Callable:
             return compose(config_name="config", overrides=overrides)
 
     return compose_fn
+
+
+@pytest.fixture(autouse=True)
+def registry_not_frozen(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Every test sees the registry unfrozen (the pilots' seeds), whatever the checkout's
+    analysis/findings/frozen.json holds; a test that needs a freeze makes its own."""
+    import analysis.findings as findings
+
+    monkeypatch.setattr(findings, "FROZEN", tmp_path_factory.mktemp("unfrozen") / "frozen.json")

@@ -135,3 +135,21 @@ def test_each_findings_readme_shows_the_registry_as_it_is() -> None:
     from scripts import findings_docs
 
     assert findings_docs.main(["--check"]) == 0
+
+
+def test_a_claim_changed_after_the_freeze_is_in_its_ledger() -> None:
+    """analysis/findings/frozen.json holds each claim's hash at its freeze: a claim whose
+    declaration moved since must say so in docs/findings/ledger.json (an entry carrying its new
+    hash), and is exploratory until it is frozen again."""
+    root = Path(__file__).resolve().parents[1]
+    path = root / "analysis" / "findings" / "frozen.json"
+    if not path.is_file():
+        pytest.skip("the registry is not frozen in this checkout")
+    frozen = json.loads(path.read_text())["claims"]
+    ledger = json.loads((root / "docs" / "findings" / "ledger.json").read_text())["entries"]
+    logged = {(e["claim"], e.get("hash")) for e in ledger}
+    for finding in FINDINGS.values():
+        for claim in finding.claims:
+            entry = frozen.get(claim.id)
+            if entry and entry["hash"] != claim_hash(claim):
+                assert (claim.id, claim_hash(claim)) in logged, f"{claim.id}: add its ledger entry"
