@@ -242,3 +242,13 @@ def test_a_claim_that_an_arm_trains_fails_when_none_does() -> None:
     stalled = table(rows(A, [3.2] * 6, "stalled"))
     v = judge_claim(claim(Part("rate", (A,), 0.5, "above", event="trained"), seeds=6), stalled)
     assert v["status"] == "FAIL" and only(v)["k"] == [0]
+
+
+def test_within_a_margin_fails_on_either_side() -> None:
+    """ "Matches within ±0.05": FAIL's p is the smaller one-sided Welch test of lying beyond
+    +0.05 or beyond -0.05; here the arms are 0.2 apart, far outside."""
+    a, b = [2.30, 2.32, 2.31, 2.29], [2.10, 2.12, 2.09, 2.11]
+    v = judge_claim(claim(Part("diff", (A, B), 0.05, "within")), table(rows(A, a), rows(B, b)))
+    above = sp.ttest_ind(a, [x + 0.05 for x in b], equal_var=False, alternative="greater").pvalue
+    e = only(v)
+    assert v["status"] == "FAIL" and e["p_fail"] == pytest.approx(above, rel=1e-4)

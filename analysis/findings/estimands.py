@@ -143,10 +143,11 @@ def curve_stat(part: Part, curves: list[dict[float, float]]) -> list[float]:
 def interval_effect(ci: stats.Interval, part: Part) -> dict[str, Any]:
     outcome = stats.outcome(ci, part.margin, part.side)
     flip = {"above": "below", "below": "above"}
-    try:
+    try:  # FAIL's test: beyond the margin on the other side (within: outside either bound)
         p_pass = stats.one_sided_p(ci, part.margin, part.side)
-        p_fail = (stats.one_sided_p(ci, part.margin, flip[part.side])
-                  if part.side in flip else 1.0 - p_pass)  # fmt: skip
+        p_fail = (stats.one_sided_p(ci, part.margin, flip[part.side]) if part.side in flip
+                  else min(stats.one_sided_p(ci, part.margin, "above"),
+                           stats.one_sided_p(ci, -part.margin, "below")))  # fmt: skip
     except ValueError:
         p_pass = p_fail = None
     out = {"effect": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": list(ci.n), "sd": list(ci.sd),
