@@ -29,7 +29,7 @@ from analysis.findings import (
     hash_now,
     recompute,
 )
-from analysis.findings.declare import Frozen, claim_hash
+from analysis.findings.declare import Frozen, claim_hash, rule_text
 from analysis.findings.settings import read_reproduce
 from analysis.report import table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         for k, job in enumerate(dirs):
             console.print(f"  #{k}: {job}", markup=False)
         for claim in sweep.finding.claims:
-            console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})")
+            console.print(f"  claim {claim.id}: {claim.statement} ({claim.source})", markup=False)
+            console.print(f"    rule: {rule_text(claim)}", markup=False)
         return 0
     clock = Clock()
     found = [out / f"{verdict_stem(sweep.name)}.json", out / "verdict.json"]
