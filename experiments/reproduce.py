@@ -394,21 +394,23 @@ def reproduce_all(args: argparse.Namespace) -> int:
 
 def freeze() -> int:
     """Write frozen.json: the registry's hash, each claim's hash and first fresh seed, the date
-    and the commit. A second freeze keeps every unchanged claim's entry and gives the new or
-    changed ones seeds past every seed handed out before (a confirmatory run is never repeated on
-    seeds it has seen), naming them."""
+    and the commit. A second freeze keeps the entries of every finding none of whose claims
+    changed; a finding with a new or changed claim runs again, so all its claims get seeds past
+    every seed handed out before (a confirmatory run is never repeated on seeds it has seen)."""
     import datetime
     import subprocess
 
     before = frozen() or Frozen("")
     first, claims, changed = before.next_seed, {}, []
-    for claim in (c for f in FINDINGS.values() for c in f.claims):
-        kept = before.claims.get(claim.id)
-        if kept and kept["hash"] == claim_hash(claim):
-            claims[claim.id] = kept  # unchanged: its seeds and any verdict on them stand
-        else:
-            claims[claim.id] = {"hash": claim_hash(claim), "first_seed": first}
-            changed.append(claim.id)
+    for finding in FINDINGS.values():
+        moved = [c.id for c in finding.claims
+                 if (before.claims.get(c.id) or {}).get("hash") != claim_hash(c)]  # fmt: skip
+        for claim in finding.claims:
+            if moved:  # the finding runs again: every claim of it on the new seeds
+                claims[claim.id] = {"hash": claim_hash(claim), "first_seed": first}
+            else:  # unchanged: its seeds and any verdict on them stand
+                claims[claim.id] = before.claims[claim.id]
+        changed += moved
     if before.claims:
         console.print(
             f"refreezing: new or changed since the last freeze: {', '.join(changed) or 'none'}"

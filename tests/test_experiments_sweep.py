@@ -118,7 +118,8 @@ def test_widened_grids_launch_after_the_grid_at_the_cpu_size_only(experiment: st
 
 def test_the_league_runs_olmo2s_block_as_an_arm_on_the_grids_rates_and_seeds() -> None:
     cfg = reproduce_sweep.compose("placements_depth", [])
-    grid, _, arm = reproduce_sweep.launch_overrides(cfg, [])
+    grid, *_, arm, control = reproduce_sweep.launch_overrides(cfg, [])
+    assert control == ["placement=ngpt", "model.pos=learned", "model.tie_weights=true"]
     jobs = reproduce_sweep.planned_jobs(cfg, arm)
     swept = reproduce_sweep.swept_values(jobs)
     assert len(jobs) == 4 * 3 and [float(x) for x in swept["optim.lr"]] == [3e-4, 1e-3, 3e-3, 1e-2]

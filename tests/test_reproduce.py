@@ -384,7 +384,8 @@ def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
     assert reproduce.main(["--freeze"]) == 0  # a changed claim gets seeds never handed out
     again = json.loads(path.read_text())
     assert again["claims"]["F2b"]["first_seed"] == 2000 and again["next_seed"] == 3000
-    assert again["claims"]["F2a"]["first_seed"] == 1000  # unchanged: its seeds stand
+    assert again["claims"]["F2a"]["first_seed"] == 2000  # F2 runs again: all of it on new seeds
+    assert again["claims"]["F3a"]["first_seed"] == 1000  # another finding: its seeds stand
 
 
 def test_an_arm_on_the_grids_rates_keeps_the_grid_seeds(monkeypatch) -> None:
@@ -395,4 +396,5 @@ def test_an_arm_on_the_grids_rates_keeps_the_grid_seeds(monkeypatch) -> None:
     monkeypatch.setattr(findings, "frozen", lambda: all_frozen_at(1000))
     cfg = reproduce_sweep.compose("placements_depth", [])
     launches = reproduce_sweep.launch_overrides(cfg, [])
-    assert reproduce.fresh(FINDINGS["placements"], launches, 2) == launches
+    grid = 1 + len(reproduce_sweep.read_reproduce(cfg).widen)
+    assert reproduce.fresh(FINDINGS["placements"], launches, grid) == launches

@@ -69,16 +69,22 @@ def cold(placement: str, depth: Any = MAX) -> dict:
 
 
 def trains(
-    cid: str, placement: str, source: str, statement: str = "", seeds: int = RATE_SEEDS
+    cid: str,
+    placement: str,
+    source: str,
+    statement: str = "",
+    seeds: int = RATE_SEEDS,
+    arm: dict | None = None,
 ) -> Claim:
     """The league's "X trains at depth": most runs train, and end DEEP_OK below the unigram."""
+    arm = arm or at(placement)
     return C(
         cid,
         statement or f"{placement} trains at depth (12 layers)",
         source,
-        P("rate", (at(placement),), MOST, "above", event="trained"),
-        P("mean", (at(placement),), DEEP_OK, "above", measure="unigram_gap"),
-        seeds=RATE_SEEDS,
+        P("rate", (arm,), MOST, "above", event="trained"),
+        P("mean", (arm,), DEEP_OK, "above", measure="unigram_gap"),
+        seeds=seeds,
         departs=SHORT,
     )
 
@@ -181,7 +187,8 @@ LEAGUE = Finding("placements_depth", "The placements league: every placement 12 
     trains("P5", "admin", LIU),
     trains("P6", "rezero", "Bachlechner et al. 2020",
            "ReZero trains at depth at the best rate where its grid seeds all trained", seeds=12),
-    trains("P7", "ngpt", "Loshchilov et al. 2024"),
+    trains("P7", "ngpt", "Loshchilov et al. 2024", "nGPT (rotary positions and an untied head, "
+           "as its paper) trains at depth (12 layers)", arm=at("ngpt", **{"model.pos": "rope"})),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 F11 = Finding("f11_admin", "F11: Admin trains deep Post-LN stacks where plain Post-LN stalls (24 "
