@@ -252,3 +252,38 @@ def test_within_a_margin_fails_on_either_side() -> None:
     above = sp.ttest_ind(a, [x + 0.05 for x in b], equal_var=False, alternative="greater").pvalue
     e = only(v)
     assert v["status"] == "FAIL" and e["p_fail"] == pytest.approx(above, rel=1e-4)
+
+
+def test_curve_statistics_per_seed_by_hand() -> None:
+    """Two seeds, three rates; l0 = 4.0 (the arms' mean first train loss), a diverged run counts
+    at l0. Sensitivity (Wortsman et al.): the mean over rates of l(lr) - min l; span_up: how far
+    above its best rate the loss stays within 0.10 of it."""
+
+    def arm(qk: bool, losses: dict[float, list]) -> list[dict]:
+        out = []
+        for lr, per_seed in losses.items():
+            for seed, x in enumerate(per_seed):
+                out.append({"arm": {QK: qk, "lr": lr}, "seed": seed,
+                            "outcome": "diverged" if x is None else "trained",
+                            "values": {"final_val_loss": x, "first_train_loss": 4.0}})  # fmt: skip
+        return out
+
+    plain = arm(False, {1e-3: [2.5, 2.6], 1e-2: [2.0, 2.1], 1e-1: [None, 3.0]})
+    normed = arm(True, {1e-3: [2.5, 2.6], 1e-2: [2.0, 2.1], 1e-1: [2.05, 2.18]})
+    sens = {  # per seed: mean(l - min l) over the three rates
+        False: [(0.5 + 0 + 2.0) / 3, (0.5 + 0 + 0.9) / 3],
+        True: [(0.5 + 0 + 0.05) / 3, (0.5 + 0 + 0.08) / 3],
+    }
+    part = Part("curve", ({QK: False}, {QK: True}), 0.03, "above", measure="final_val_loss")
+    e = only(judge_claim(claim(part, lr="curve"), table(plain, normed)))
+    ref = sp.ttest_ind(sens[False], sens[True], equal_var=False).confidence_interval(0.95)
+    assert e["effect"] == pytest.approx(statistics_mean(sens[False]) - statistics_mean(sens[True]))
+    assert (e["lo"], e["hi"]) == pytest.approx((ref.low, ref.high), rel=1e-5)
+    span = Part("curve_level", ({QK: True},), 10.0, "above", stat="span_up",
+                measure="final_val_loss")  # fmt: skip
+    assert only(judge_claim(claim(span, lr="curve"), table(normed)))["effect"] == pytest.approx(
+        10.0
+    )
+
+
+QK = "model.qk_norm"
