@@ -27,6 +27,7 @@ from analysis.findings import (
     fresh_seeds,
     frozen,
     hash_now,
+    read_table,
     recompute,
 )
 from analysis.findings.declare import Frozen, claim_hash, rule_text
@@ -276,7 +277,8 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     grid_lrs = swept_values(sweep.jobs).get("optim.lr", [])
     seeds = "seed=" + ",".join(map(str, fresh_seeds(sweep.finding) or confirm.seeds))
     out = []
-    table, _ = decide_finding(sweep.name, write_report(sweep.out, plots=False), reproduce)
+    report = write_report(sweep.out, plots=False)
+    table = read_table(sweep.name, report, reproduce, {"best_val_loss"})  # the lr rule's input
     for chosen in confirm_lrs(sweep.finding, table, list(confirm.by)):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
         fixed = [  # a param the report does not vary (None) is left to the experiment

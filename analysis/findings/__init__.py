@@ -39,6 +39,7 @@ __all__ = [
     "decide_finding",
     "fresh_seeds",
     "frozen",
+    "read_table",
     "hash_now",
     "recompute",
     "wanted",
@@ -85,16 +86,23 @@ def decide_seeds(report: dict, reproduce: ReproduceConfig, finding: Finding) -> 
     return fresh or sorted(set(reproduce.confirm.seeds if reproduce.confirm else ()) & seeds)
 
 
+def read_table(
+    name: str, report: dict, reproduce: ReproduceConfig, measures: set[str] | None = None
+) -> dict:
+    """The finding's per-run table read from ``report``: every measure its claims name, or only
+    ``measures`` (choosing the confirming rates reads the loss alone)."""
+    finding = FINDINGS[ALIASES.get(name, name)]
+    found = wanted(finding) if measures is None else measures
+    return table(report, found, settings_of(reproduce), decide_seeds(report, reproduce, finding))
+
+
 def decide_finding(
     name: str, report: dict, reproduce: ReproduceConfig | None = None
 ) -> tuple[dict, list[dict]]:
     """The finding's per-run table read from ``report`` and every claim decided on it."""
     reproduce = reproduce or ReproduceConfig()
-    finding = FINDINGS[ALIASES.get(name, name)]
-    runs = table(
-        report, wanted(finding), settings_of(reproduce), decide_seeds(report, reproduce, finding)
-    )
-    return runs, judge_finding(finding, runs, frozen())
+    runs = read_table(name, report, reproduce)
+    return runs, judge_finding(FINDINGS[ALIASES.get(name, name)], runs, frozen())
 
 
 def recompute(record: dict) -> list[dict]:

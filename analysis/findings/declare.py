@@ -58,7 +58,7 @@ class Part:
     event: str = "not_trained"  # rate estimands: the outcome counted
     weights: tuple[float, ...] = ()  # contrast: one per arm
     over: str = "n_layer"  # slope: the param on the x axis
-    stat: str = "sensitivity"  # curve estimands: analysis/findings/judge.py CURVE_STATS
+    stat: str = "sensitivity"  # curve estimands: analysis/findings/estimands.py CURVE_STATS
     per_decade: bool = False  # ratio2 of two lrs: the factor per decade of lr
     log: bool = False  # contrast: of the logs (the margin a factor)
     by: float = 0.0  # pairs: "ends worse" = did not train where the other did, or by >= this

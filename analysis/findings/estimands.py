@@ -83,18 +83,6 @@ def meets(x: float | None, side: str, value: float) -> bool:
 
 
 # --- loss-vs-lr curves ---------------------------------------------------------------------------
-def flat_span(curve: dict[float, float], within: float) -> float:
-    """max/min lr of the contiguous rates around the best whose loss is within ``within``."""
-    lrs = sorted(curve)
-    i = j = lrs.index(min(curve, key=curve.get))
-    floor = min(curve.values()) + within
-    while i > 0 and curve[lrs[i - 1]] <= floor:
-        i -= 1
-    while j < len(lrs) - 1 and curve[lrs[j + 1]] <= floor:
-        j += 1
-    return lrs[j] / lrs[i]
-
-
 def span_up(curve: dict[float, float], within: float) -> float:
     """The largest lr whose loss (and every one between) is within ``within`` of the curve's
     best, over the best lr: how far above its best rate the loss stays flat."""
@@ -109,7 +97,6 @@ SPAN_WITHIN = 0.10  # "similar loss": within this of the curve's best (F13c)
 CURVE_STATS = {
     "sensitivity": sensitivity,  # Wortsman et al. 2023: E_lr[l(lr) - l*]
     "best": lambda curve: min(curve.values()),
-    "span": lambda curve: flat_span(curve, SPAN_WITHIN),
     "span_up": lambda curve: span_up(curve, SPAN_WITHIN),
 }
 

@@ -10,12 +10,12 @@ confirmatory when its claim is the frozen one and it was decided on the fresh se
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from analysis import stats
 from analysis.findings.declare import Claim, Finding, Frozen, claim_hash, effect_text, rule_text
 from analysis.findings.estimands import ALPHA, estimate
+from analysis.findings.measures import round_value
 from analysis.findings.select import (
     NoData,
     Reading,
@@ -93,10 +93,10 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
         reading.notes.insert(0, f"{err}" + (f" ({gone} runs left out)" if gone else ""))
     for effect in verdict["effects"].values():
         for key in ("effect", "lo", "hi", "p_pass", "p_fail"):
-            if isinstance(effect.get(key), float) and math.isfinite(effect[key]):
-                effect[key] = float(f"{effect[key]:.6g}")
+            if isinstance(effect.get(key), float):
+                effect[key] = round_value(effect[key])
         if "sd" in effect:
-            effect["sd"] = [float(f"{x:.6g}") if math.isfinite(x) else x for x in effect["sd"]]
+            effect["sd"] = [round_value(x) for x in effect["sd"]]
     verdict["arms"], verdict["note"] = reading.arms, "; ".join(reading.notes)
     verdict["decided_on"] = reading.decide
     return verdict

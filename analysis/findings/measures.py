@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.block_profile import last_profile
-from analysis.runs import run_series, run_summary
+from analysis.runs import Warnings, find_metrics_file, read_metrics, run_summary
 from runs import metric_names as names
 from runs.record import FINISHED
 
@@ -29,12 +29,13 @@ class Context:
 
     def __init__(self, run: dict, n_layer: int, settings: dict[str, Any]) -> None:
         self.run, self.n_layer, self.settings = run, n_layer, settings
-        self.cache: dict[str, list] = {}
+        self.metrics: dict[str, list] | None = None  # metrics.csv, read once on first use
 
     def series(self, metric: str) -> list[tuple[int, float]]:
-        if metric not in self.cache:
-            self.cache[metric] = run_series(self.run["run_dir"], metric)
-        return self.cache[metric]
+        if self.metrics is None:
+            path = find_metrics_file(Path(self.run["run_dir"]))
+            self.metrics = read_metrics(path, Warnings(quiet=True))
+        return self.metrics.get(metric, [])
 
     def layers(self, prefix: str) -> list[list[tuple[int, float]]]:
         return [self.series(names.per_layer(prefix, i)) for i in range(self.n_layer)]
@@ -140,6 +141,7 @@ def outcome(run: dict) -> str:
 
 
 def round_value(x: float | None) -> float | None:
+    """Six significant digits, as verdict.json keeps every number (inf and nan as they are)."""
     return None if x is None else float(f"{x:.6g}")
 
 
