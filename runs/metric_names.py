@@ -20,6 +20,27 @@ GRAD_NORM = "grad_norm"  # /total, per layer (and /attn, /mlp), /last_fc2
 GRAD_TOTAL = f"{GRAD_NORM}/total"
 LAST_FC2 = f"{GRAD_NORM}/last_fc2"  # the last block's FFN output weight (Xiong et al.'s W^{2,L})
 
+# The instruments (off unless named in probes.enabled; training/probes/instruments.py, weights.py)
+ATTN_SINK = "attn/sink"  # per layer: share of heads whose mean attention on token 0 is > 0.3
+ATTN_FIRST = "attn/first_token"  # per layer: mean over heads of that attention
+ACT_MASSIVE = "act_massive"  # per layer: max |h| / median |h| of the block's output
+ACT_MASSIVE_CHANNEL = "act_massive/channel"  # per layer: the channel the max sits on
+ACT_MASSIVE_TOKEN = "act_massive/token"  # per layer: the position it sits on
+ACT_KURTOSIS = "act_kurtosis"  # per layer: kurtosis of the neurons' RMS (He et al. 2024)
+LINEAR_OUT = "linear_out"  # linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}: RMS of that output
+HEADROOM_FP16 = "headroom/fp16"  # log2(fp16 max / largest |activation|): doublings left
+HEADROOM_BF16 = "headroom/bf16"
+HEADROOM_ABSMAX = "headroom/absmax"  # the largest |activation| itself
+SATURATION = "saturation"  # saturation/{norm,attn_cap}/layer_{i}, /final_norm, /logit_cap
+SPECTRAL = "spectral"  # spectral/{q,k,v,proj,fc1,fc2}/layer_{i}: the largest singular value
+STABLE_RANK = "stable_rank"  # the same matrices' ||W||_F^2 / sigma_max^2
+ADAM_M = "adam/m"  # per layer: ||m|| (Adam's first moment) of the block's parameters
+ADAM_V = "adam/v"  # per layer: ||v|| (second moment)
+ADAM_UPDATE = "adam/update"  # per layer and /total: ||lr * m_hat / (sqrt(v_hat) + eps)||
+LAYER_DROP = "layer_drop"  # per layer: loss without block i - loss with every block
+SPIKE_LOSS_Z = "spike/loss_z"  # |loss - mean| / std over the previous window (OLMo-core's rule)
+SPIKE_GRAD_Z = "spike/grad_z"  # the same for the total gradient norm
+
 
 def per_layer(prefix: str, i: int) -> str:
     """The name of layer ``i``'s value of a per-layer metric."""

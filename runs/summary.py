@@ -108,6 +108,12 @@ FIELDS: dict[str, Field] = {
         metric=("train/loss_spikes", "max"),
         probe=True,
     ),  # fmt: skip
+    "spike_steps_loss": Field(
+        int, "spike_score: steps whose loss scored above probes.spike_sigma", probe=True
+    ),
+    "spike_steps_grad": Field(
+        int, "spike_score: steps whose gradient norm scored above probes.spike_sigma", probe=True
+    ),
     "final_sharpness": Field(
         Number, "the last Hessian top eigenvalue", metric=("sharpness/hessian", "last"), probe=True
     ),

@@ -79,4 +79,7 @@ def test_the_config_enables_the_registrys_default_probes(compose_cfg):
     node = compose_cfg([]).probes
     assert node.enabled is None  # the list lives in the registry alone
     enabled = node_to(ProbeConfig, node, "probes").enabled
-    assert enabled == [name for name in PROBES if name != "sharpness"]  # the costly one is off
+    # the costly one and the instruments are off unless named
+    off = {"sharpness", "attn_sink", "massive_act", "outlier_kurtosis", "linear_out", "headroom"}
+    off |= {"saturation", "spectral", "adam_state", "layer_drop", "spike_score"}
+    assert enabled == [name for name in PROBES if name not in off]

@@ -72,6 +72,53 @@ PROBES: dict[str, ProbeSpec] = {
         "train/loss_spikes (and loss_spikes in summary.json)",
         callback="loss_spikes_probe",
     ),
+    # the instruments of recent papers: off unless named (training/probes/instruments.py,
+    # weights.py, spikes.py)
+    "attn_sink": ProbeSpec(
+        10, "attn/sink[/layer_{i}], attn/first_token/layer_{i}", "AttnSink", default_on=False
+    ),
+    "massive_act": ProbeSpec(
+        10,
+        "act_massive/layer_{i}, act_massive/channel|token/layer_{i}",
+        "MassiveActivations",
+        default_on=False,
+    ),
+    "outlier_kurtosis": ProbeSpec(
+        10, "act_kurtosis/layer_{i}", "OutlierKurtosis", default_on=False
+    ),
+    "linear_out": ProbeSpec(
+        10, "linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}", "LinearOutputs", default_on=False
+    ),
+    "headroom": ProbeSpec(
+        10, "headroom/absmax, headroom/fp16, headroom/bf16", "Headroom", default_on=False
+    ),
+    "saturation": ProbeSpec(
+        10,
+        "saturation/{norm,attn_cap}/layer_{i}, saturation/final_norm, saturation/logit_cap",
+        "Saturation",
+        default_on=False,
+    ),
+    "spectral": ProbeSpec(
+        100,
+        "spectral/{q,k,v,proj,fc1,fc2}/layer_{i}, stable_rank/...",
+        callback="spectral_probe",
+        default_on=False,
+    ),
+    "adam_state": ProbeSpec(
+        10,
+        "adam/{m,v,update}/layer_{i}, adam/{m,v,update}/total",
+        callback="adam_state_probe",
+        default_on=False,
+    ),
+    "layer_drop": ProbeSpec(
+        100, "layer_drop/layer_{i}", callback="layer_drop_probe", default_on=False
+    ),
+    "spike_score": ProbeSpec(
+        1,
+        "spike/loss_z, spike/grad_z (spike_steps_loss, spike_steps_grad in summary.json)",
+        callback="spike_score_probe",
+        default_on=False,
+    ),
 }
 
 
@@ -91,21 +138,27 @@ class SharpnessConfig:
 @dataclass
 class ProbeConfig:
     """Which probes run and how often. ``every`` overrides PROBES' default intervals by name;
-    ``enabled`` None: the registry's default probes."""
+    ``enabled`` None: the registry's default probes; ``add``: probes run besides those (folded
+    into ``enabled`` once checked)."""
 
     enabled: list[str] | None = None
+    add: list[str] = field(default_factory=list)  # probes run besides ``enabled``'s
     every: dict[str, int] = field(default_factory=dict)
     batch_size: int = 8  # samples in the fixed probe batch
     sharpness: SharpnessConfig = field(default_factory=SharpnessConfig)
     spike_factor: float = 1.5  # a loss spike: loss > spike_factor x the running median
     spike_window: int = 100  # steps in that running median
+    spike_sigma: float = 6.0  # spike_score: a step scored above this many sigmas counts
+    spike_sigma_window: int = 128  # the previous steps it is scored against
+    spectral_iters: int = 20  # power-iteration steps per matrix and probe step (warm-started)
 
     def __post_init__(self) -> None:
         enabled = default_probes() if self.enabled is None else self.enabled
-        self.enabled, self.every = list(enabled), dict(self.every)
-        unknown = sorted({n for n in (*self.enabled, *self.every) if n not in PROBES})
+        unknown = sorted({n for n in (*enabled, *self.add, *self.every) if n not in PROBES})
         if unknown:
             raise ValueError(f"unknown probe(s) {unknown}; choose from: {', '.join(PROBES)}")
+        self.enabled = list(dict.fromkeys([*enabled, *self.add]))
+        self.add, self.every = [], dict(self.every)
         bad = {n: k for n, k in self.every.items() if not isinstance(k, int) or k < 1}
         if bad:
             raise ValueError(f"probe intervals must be integers >= 1, got {bad}")
@@ -122,6 +175,13 @@ class ProbeConfig:
             raise ValueError(
                 f"probes.spike_window must be an integer >= 1, got {self.spike_window}"
             )
+        if not self.spike_sigma > 0:
+            raise ValueError(f"probes.spike_sigma must be > 0, got {self.spike_sigma}")
+        for name in ("spike_sigma_window", "spectral_iters"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (3 if name == "spike_sigma_window" else 1):
+                least = 3 if name == "spike_sigma_window" else 1
+                raise ValueError(f"probes.{name} must be an integer >= {least}, got {value}")
 
     def interval(self, name: str) -> int:
         return self.every.get(name, PROBES[name].every)

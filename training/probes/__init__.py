@@ -23,6 +23,19 @@ stream of the run is touched.
     update_ratio   update_ratio/layer_{i}, update_ratio/max                (updates.py)
     sharpness      sharpness/hessian, sharpness/preconditioned             (sharpness.py)
     loss_spikes    train/loss_spikes; loss_spikes in summary.json          (spikes.py)
+
+The instruments, off unless named in probes.enabled:
+
+    attn_sink          attn/sink[/layer_{i}], attn/first_token/layer_{i}   (instruments.py)
+    massive_act        act_massive[/channel|/token]/layer_{i}              (instruments.py)
+    outlier_kurtosis   act_kurtosis/layer_{i}                              (instruments.py)
+    linear_out         linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}           (instruments.py)
+    headroom           headroom/absmax, /fp16, /bf16                       (instruments.py)
+    saturation         saturation/{norm,attn_cap}/layer_{i}, /final_norm, /logit_cap
+    spectral           spectral/..., stable_rank/...                       (weights.py)
+    adam_state         adam/{m,v,update}/layer_{i} and /total              (weights.py)
+    layer_drop         layer_drop/layer_{i}                                (weights.py)
+    spike_score        spike/loss_z, spike/grad_z                          (spikes.py)
 """
 
 from training.probe_config import PROBES, ProbeConfig, ProbeSpec, SharpnessConfig
@@ -30,14 +43,35 @@ from training.probes.attention import AttnEntropy, MaxAttnLogit, head_entropies,
 from training.probes.common import blocks_of, log_to_loggers
 from training.probes.forward import ForwardMeasure, ForwardProbes, run_forward_probes
 from training.probes.gradients import GradNormProbe, grad_norm_groups, group_grad_norms
+from training.probes.instruments import (
+    AttnSink,
+    Headroom,
+    LinearOutputs,
+    MassiveActivations,
+    OutlierKurtosis,
+    Saturation,
+)
 from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ, ModelUpdate, model_update_norm
 from training.probes.registry import probe_callbacks, probe_summary
 from training.probes.sharpness import Sharpness, sharpness, top_eigenvalue
-from training.probes.spikes import LossSpikes
+from training.probes.spikes import LossSpikes, SpikeScore
 from training.probes.updates import UpdateRatio
+from training.probes.weights import AdamState, LayerDrop, Spectral, layer_drop, spectral_norm
 
 __all__ = [
     "PROBES",
+    "AdamState",
+    "AttnSink",
+    "Headroom",
+    "LayerDrop",
+    "LinearOutputs",
+    "MassiveActivations",
+    "OutlierKurtosis",
+    "Saturation",
+    "Spectral",
+    "SpikeScore",
+    "layer_drop",
+    "spectral_norm",
     "ActMax",
     "ActNorm",
     "AttnEntropy",

@@ -16,17 +16,21 @@ import math
 import torch
 from torch import nn
 
+from models.layers import softcap
 from runs import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 
-def attention_scores(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def attention_scores(attn: nn.Module, x: torch.Tensor, capped: bool = False) -> torch.Tensor:
     """s = q k^T / sqrt(d_head) in float32 (or times the attention's own softmax_scale, as
-    nGPT's sqrt(d_head)), keys the softmax never sees set to -inf."""
+    nGPT's sqrt(d_head)), keys the softmax never sees set to -inf; ``capped``: soft-capped as
+    the attention's softmax sees them when it has a soft-cap."""
     q, k = attn.qk(x)  # (B, nh, T, hs) each, after the q/k norm
     scores = q.float() @ k.float().transpose(-2, -1)  # (B, nh, T, T)
     own = getattr(attn, "softmax_scale", None)
     scores = scores * own if own is not None else scores / math.sqrt(q.size(-1))
+    if capped:
+        scores = softcap(scores, getattr(attn, "softcap", None))
     if attn.causal:
         T = scores.size(-1)
         future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)  # (T, T)
@@ -50,7 +54,7 @@ def head_entropies(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
 class MaxAttnLogit(ForwardMeasure):
     """Largest attention logit per layer, from the input the attention module receives."""
 
-    def attach(self, blocks):
+    def attach(self, model):
         self.per_layer: dict[int, torch.Tensor] = {}
 
         def hook(i: int):
@@ -59,7 +63,7 @@ class MaxAttnLogit(ForwardMeasure):
 
             return fn
 
-        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(blocks)]
+        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(model.blocks)]
 
     def read(self, logits, step):
         out = {names.per_layer(names.MAX_LOGIT, i): v for i, v in sorted(self.per_layer.items())}
@@ -70,7 +74,7 @@ class MaxAttnLogit(ForwardMeasure):
 class AttnEntropy(ForwardMeasure):
     """Attention entropy per layer: the mean over heads and the minimum over heads."""
 
-    def attach(self, blocks):
+    def attach(self, model):
         self.per_layer: dict[int, torch.Tensor] = {}
 
         def hook(i: int):
@@ -79,7 +83,7 @@ class AttnEntropy(ForwardMeasure):
 
             return fn
 
-        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(blocks)]
+        return [b.attn.register_forward_pre_hook(hook(i)) for i, b in enumerate(model.blocks)]
 
     def read(self, logits, step):
         out = {}

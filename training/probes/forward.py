@@ -21,8 +21,9 @@ from training.probes.common import blocks_of, log_to_loggers, to_floats
 class ForwardMeasure:
     """One quantity read during a no-grad forward pass over the probe batch."""
 
-    def attach(self, blocks: Sequence[nn.Module]) -> list:
-        """Register hooks; returns their handles (removed after the pass)."""
+    def attach(self, model: nn.Module) -> list:
+        """Register hooks on ``model`` (a GPT or ViT: its ``.blocks``, its final norm...);
+        returns their handles (removed after the pass)."""
         return []
 
     def read(self, logits: torch.Tensor, step: int) -> dict[str, torch.Tensor]:
@@ -44,7 +45,7 @@ def run_forward_probes(
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> dict[str, float]:
     """One eval-mode forward of ``inputs`` with the measures' hooks; restores the train mode."""
-    handles = [h for m in measures for h in m.attach(model.blocks)]
+    handles = [h for m in measures for h in m.attach(model)]
     was_training = model.training
     model.eval()
     try:

@@ -31,7 +31,7 @@ class BlockOutputs(ForwardMeasure):
     def measure(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def attach(self, blocks):
+    def attach(self, model):
         self.per_layer: dict[int, torch.Tensor] = {}
 
         def hook(i: int):
@@ -40,7 +40,7 @@ class BlockOutputs(ForwardMeasure):
 
             return fn
 
-        return [block.register_forward_hook(hook(i)) for i, block in enumerate(blocks)]
+        return [block.register_forward_hook(hook(i)) for i, block in enumerate(model.blocks)]
 
     def read(self, logits, step):
         return {names.per_layer(self.prefix, i): v for i, v in sorted(self.per_layer.items())}

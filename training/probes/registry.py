@@ -18,8 +18,9 @@ from training.probe_config import (
 from training.probes.forward import ForwardProbes
 from training.probes.gradients import GradNormProbe
 from training.probes.sharpness import Sharpness
-from training.probes.spikes import LossSpikes
+from training.probes.spikes import LossSpikes, SpikeScore
 from training.probes.updates import UpdateRatio
+from training.probes.weights import AdamState, LayerDrop, Spectral
 
 
 # The probes with callbacks of their own (PROBES' callback names), each (every, cfg, batch).
@@ -37,6 +38,22 @@ def sharpness_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
 
 def loss_spikes_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
     return LossSpikes(every, cfg.spike_factor, cfg.spike_window)
+
+
+def spectral_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
+    return Spectral(every, cfg.spectral_iters)
+
+
+def adam_state_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
+    return AdamState(every)
+
+
+def layer_drop_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
+    return LayerDrop(every, cfg.batch_size, batch)
+
+
+def spike_score_probe(every: int, cfg: ProbeConfig, batch: object) -> Callback:
+    return SpikeScore(every, cfg.spike_sigma, cfg.spike_sigma_window)
 
 
 def probe_callbacks(

@@ -6,6 +6,11 @@ spike). The count so far is logged as ``train/loss_spikes`` every ``every`` step
 summary.json as ``loss_spikes``. The loss is the one logged as train/loss (the cross-entropy,
 without a z-loss term), read from the task after the step; a module that keeps none gives its
 returned loss.
+
+spike_score (spike/loss_z, spike/grad_z): OLMo-core's skip-step score, measured only:
+z = |x_s - mean| / std over the previous ``window`` finite values (std with n - 1), for the loss
+and the total gradient norm (before clipping), from the step holding max(20, window // 2) values;
+the steps above ``sigma`` (6 over 128 by default, as OLMo-core) are counted in summary.json.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import math
 import statistics
 from collections import deque
 
+import torch
 from lightning.pytorch.callbacks import Callback
 
+from runs import metric_names as names
 from training.probes.common import log_to_loggers
 
 
@@ -68,4 +75,77 @@ class LossSpikes(Callback):
         self.recent = deque(state_dict.get("recent", []), maxlen=self.window)
         self.count = state_dict.get("count", 0)
         self.spike_steps = list(state_dict.get("spike_steps", []))
+        self._last_step = -1
+
+
+def z_score(value: float, history: list[float]) -> float:
+    """|value - mean| / std over ``history`` (std with n - 1), as OLMo-core's skip-step rule."""
+    mean = statistics.fmean(history)
+    std = statistics.stdev(history)
+    return abs(value - mean) / std if std > 0 else (0.0 if value == mean else math.inf)
+
+
+class SpikeScore(Callback):
+    """spike/loss_z and spike/grad_z at every optimizer step: each value's distance from the mean
+    of the previous ``window`` finite values, in their standard deviations (OLMo-core's skip-step
+    rule: 6 sigma over 128 steps, scored once max(20, window // 2) values are held, the current
+    one included). Steps scored above ``sigma`` are counted in summary.json (spike_steps_loss,
+    spike_steps_grad). The gradient norm is the total L2 norm before clipping."""
+
+    def __init__(self, every: int = 1, sigma: float = 6.0, window: int = 128) -> None:
+        self.every, self.sigma, self.window = every, sigma, window
+        self.history: dict[str, deque[float]] = {
+            "loss": deque(maxlen=window),
+            "grad": deque(maxlen=window),
+        }
+        self.spikes: dict[str, list[int]] = {"loss": [], "grad": []}
+        self.grad_norm: float | None = None
+        self._last_step = -1
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        norms = torch._foreach_norm(grads, 2) if grads else []
+        self.grad_norm = float(torch.stack(norms).double().square().sum().sqrt()) if norms else None
+
+    def score(self, kind: str, value: float | None, step: int) -> float | None:
+        """The z of ``value`` against the history, then ``value`` joins it (if finite)."""
+        if value is None:
+            return None
+        history = self.history[kind]
+        z = None
+        if len(history) + 1 >= max(20, self.window // 2) and len(history) >= 2:
+            z = z_score(value, list(history))
+            if z > self.sigma:
+                self.spikes[kind].append(step)
+        if math.isfinite(value):
+            history.append(value)
+        return z
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step - 1
+        if step == self._last_step or step < 0:
+            return
+        self._last_step = step
+        loss = LossSpikes.loss_of(pl_module, outputs, trainer)
+        scores = {
+            names.SPIKE_LOSS_Z: self.score("loss", loss, step),
+            names.SPIKE_GRAD_Z: self.score("grad", self.grad_norm, step),
+        }
+        self.grad_norm = None
+        logged = {k: v for k, v in scores.items() if v is not None and math.isfinite(v)}
+        if step % self.every == 0:
+            log_to_loggers(trainer, logged, step)
+
+    def summary(self) -> dict:
+        return {f"spike_steps_{kind}": len(steps) for kind, steps in self.spikes.items()}
+
+    def state_dict(self) -> dict:
+        return {k: list(v) for k, v in self.history.items()} | {
+            f"spikes_{k}": list(v) for k, v in self.spikes.items()
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for kind in self.history:
+            self.history[kind] = deque(state_dict.get(kind, []), maxlen=self.window)
+            self.spikes[kind] = list(state_dict.get(f"spikes_{kind}", []))
         self._last_step = -1

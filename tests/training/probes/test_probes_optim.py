@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
 import math
 import statistics
 
@@ -17,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import train
 from models.gpt import GPT, GPTConfig
 from models.kernels import unfused
+from runs.summary import problems
 from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
 from training.loggers import SECTIONS
 from training.optim import build_adamw, z_loss_term
@@ -251,6 +253,8 @@ def test_train_run_logs_every_probe_and_writes_loss_spikes(tmp_path, tiny_run, c
     over = [*tiny_run, enabled, *every, "probes.sharpness.iters=2", "optim.z_loss=1e-4"]
     summary = train.run(compose_cfg([*over, f"run_dir={tmp_path}"]))
     assert summary["status"] == "completed" and summary["loss_spikes"] == 0
+    assert summary["spike_steps_loss"] == summary["spike_steps_grad"] == 0
+    assert problems(json.loads((tmp_path / "summary.json").read_text())) == []
     with (tmp_path / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     columns = [c for c in rows[0] if c not in ("step", "epoch", "lr")]
@@ -266,6 +270,17 @@ def test_train_run_logs_every_probe_and_writes_loss_spikes(tmp_path, tiny_run, c
         "sharpness/preconditioned",
         "train/loss_spikes",
         "train/z_loss",
+        "attn/sink",
+        "attn/sink/layer_0",
+        "act_massive/layer_0",
+        "act_kurtosis/layer_0",
+        "linear_out/fc2/layer_0",
+        "headroom/fp16",
+        "spectral/q/layer_0",
+        "stable_rank/fc2/layer_0",
+        "adam/update/layer_0",
+        "adam/update/total",
+        "layer_drop/layer_0",
     ):
         values = [float(r[name]) for r in rows if r[name]]
         assert values and all(math.isfinite(v) for v in values), name

@@ -1,0 +1,239 @@
+"""The instruments of recent stability papers, as forward measures on the probe batch (off unless
+named in ``probes.enabled``; like every probe they leave training bit-identical):
+
+attn/sink/layer_{i}          share of layer i's heads whose attention on the first token,
+                             alpha_h = mean over batch and query rows of p_{r,0}, exceeds 0.3
+attn/sink                    the same share over every layer's heads: Gu et al. 2025's Sink_1
+                             with their threshold epsilon = 0.3 ("When Attention Sink Emerges")
+attn/first_token/layer_{i}   mean over heads of alpha_h
+act_massive/layer_{i}        max |h| / median |h| over (batch, position, channel) of the block's
+                             output h: massive activations sit ~1e3-1e4 x above the median (Sun
+                             et al. 2024, "Massive Activations in LLMs")
+act_massive/channel|token/layer_{i}   the channel and the position that max sits on
+act_kurtosis/layer_{i}       Kurt = mean_j(s_j^4) / mean_j(s_j^2)^2 of the neurons' RMS
+                             s_j = sqrt(mean_n h_nj^2) over the n = batch x positions rows of
+                             h (He et al. 2024, "Understanding and Minimising Outlier Features"):
+                             1 when every channel has the same RMS, large with outlier channels
+linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}   RMS of each linear layer's output (Rybakov et al.
+                             2024 saw those of QKV, the projection and FC2 grow before divergence)
+headroom/absmax              the largest |value| of any activation the pass produces: each
+                             block's output and every module output inside it, the q, k, v and
+                             attention logits, and the output logits
+headroom/fp16, /bf16         log2(the format's largest finite value / absmax): how many doublings
+                             the activations may still grow before they overflow that format
+saturation/norm/layer_{i}    share of the elements of block i's DyT / Derf norms in saturation,
+                             |tanh(a x)| or |erf(a x + s)| >= 0.99 (slope <= 2% of the centre's)
+saturation/final_norm        the same for the model's final norm
+saturation/attn_cap/layer_{i}   share of attention logits (over the pairs the softmax sees) with
+                             |tanh(s / c)| >= 0.99 under a soft-cap c
+saturation/logit_cap         share of output logits with |tanh(z / c)| >= 0.99
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.norms import Derf, DyT
+from runs import metric_names as names
+from training.probes.attention import attention_scores
+from training.probes.forward import ForwardMeasure
+
+SINK_THRESHOLD = 0.3  # Gu et al. 2025's epsilon
+SATURATED = 0.99  # |tanh| or |erf| at or above this: the unit passes 2% of its central slope
+FORMATS = {names.HEADROOM_FP16: torch.float16, names.HEADROOM_BF16: torch.bfloat16}
+
+
+def first_token_attention(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """alpha_h per head, (nh,): the mean over batch and query rows of the attention weight the
+    row puts on the first token (every row sees it, causal or not)."""
+    p = attention_scores(attn, x, capped=True).softmax(dim=-1)  # (B, nh, T, T)
+    return p[..., 0].mean(dim=(0, 2))
+
+
+def massive(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(max |h| / median |h|, its channel, its position) for h of shape (B, T, C) or (B, C)."""
+    a = h.detach().float().abs()
+    a = a if a.dim() == 3 else a.unsqueeze(1)
+    top = a.flatten().argmax()
+    T, C = a.shape[1], a.shape[2]
+    ratio = a.flatten()[top] / a.median().clamp_min(torch.finfo(torch.float32).tiny)
+    return ratio, top % C, (top // C) % T
+
+
+def neuron_kurtosis(h: torch.Tensor) -> torch.Tensor:
+    """He et al.'s Kurt(h): the neurons' RMS s_j over every row, then mean(s^4) / mean(s^2)^2."""
+    s2 = h.detach().float().reshape(-1, h.shape[-1]).square().mean(dim=0)  # s_j^2, (C,)
+    return s2.square().mean() / s2.mean().square().clamp_min(torch.finfo(torch.float32).tiny)
+
+
+def rms(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().float().square().mean().sqrt()
+
+
+class PerLayer(ForwardMeasure):
+    """A measure that fills ``self.values`` (metric name -> 0-d tensor) from hooks per layer."""
+
+    def attach(self, model):
+        self.values: dict[str, torch.Tensor] = {}
+        return [h for i, block in enumerate(model.blocks) for h in self.hooks(i, block)]
+
+    def hooks(self, i: int, block: nn.Module) -> list:
+        raise NotImplementedError
+
+    def read(self, logits, step):
+        return dict(self.values)
+
+
+class AttnSink(PerLayer):
+    """Attention sinks: per layer the share of heads that put > 0.3 of their weight on token 0."""
+
+    def attach(self, model):
+        self.heads: dict[int, torch.Tensor] = {}
+        return super().attach(model)
+
+    def hooks(self, i, block):
+        def fn(module, args):
+            alpha = first_token_attention(module, args[0])
+            self.heads[i] = alpha
+            self.values[names.per_layer(names.ATTN_SINK, i)] = (
+                (alpha > SINK_THRESHOLD).float().mean()
+            )
+            self.values[names.per_layer(names.ATTN_FIRST, i)] = alpha.mean()
+
+        return [block.attn.register_forward_pre_hook(fn)]
+
+    def read(self, logits, step):
+        every_head = torch.cat(list(self.heads.values()))
+        return {**self.values, names.ATTN_SINK: (every_head > SINK_THRESHOLD).float().mean()}
+
+
+class MassiveActivations(PerLayer):
+    """The largest |h| of each block's output over its median, with where it sits."""
+
+    def hooks(self, i, block):
+        def fn(module, inputs, output):
+            ratio, channel, token = massive(output)
+            self.values[names.per_layer(names.ACT_MASSIVE, i)] = ratio
+            self.values[names.per_layer(names.ACT_MASSIVE_CHANNEL, i)] = channel
+            self.values[names.per_layer(names.ACT_MASSIVE_TOKEN, i)] = token
+
+        return [block.register_forward_hook(fn)]
+
+
+class OutlierKurtosis(PerLayer):
+    """Kurtosis of the neurons' RMS in each block's output (outlier features)."""
+
+    def hooks(self, i, block):
+        def fn(module, inputs, output):
+            self.values[names.per_layer(names.ACT_KURTOSIS, i)] = neuron_kurtosis(output)
+
+        return [block.register_forward_hook(fn)]
+
+
+class LinearOutputs(PerLayer):
+    """RMS of the outputs of each block's q, k, v and output projections and of fc1 and fc2."""
+
+    def hooks(self, i, block):
+        def record(name: str, out: torch.Tensor) -> None:
+            self.values[names.per_layer(f"{names.LINEAR_OUT}/{name}", i)] = rms(out)
+
+        def qkv(module, args):  # the attention runs q, k and v as one stacked matmul
+            for name in ("q", "k", "v"):
+                linear = getattr(module, f"{name}_proj")
+                record(name, F.linear(args[0], linear.weight, linear.bias))
+
+        def output_of(name: str):
+            return lambda module, inputs, out: record(name, out)
+
+        pairs = [(block.attn.out_proj, "proj"), (block.mlp.fc1, "fc1"), (block.mlp.fc2, "fc2")]
+        return [block.attn.register_forward_pre_hook(qkv)] + [
+            module.register_forward_hook(output_of(name)) for module, name in pairs
+        ]
+
+
+class Headroom(ForwardMeasure):
+    """The largest |activation| of the pass against the fp16 and bf16 ranges."""
+
+    def attach(self, model):
+        self.peaks: list[torch.Tensor] = []
+
+        def output(module, inputs, out):
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                self.peaks.append(out.detach().float().abs().amax())
+
+        def attention(module, args):
+            q, k, v = module.qkv(args[0])
+            scores = attention_scores(module, args[0])
+            seen = scores[torch.isfinite(scores)].abs()
+            self.peaks += [t.detach().float().abs().amax() for t in (q, k, v)] + [seen.amax()]
+
+        handles = [b.attn.register_forward_pre_hook(attention) for b in model.blocks]
+        return handles + [m.register_forward_hook(output) for m in model.blocks.modules()]
+
+    def read(self, logits, step):
+        absmax = torch.stack([*self.peaks, logits.detach().abs().amax()]).amax()
+        out = {names.HEADROOM_ABSMAX: absmax}
+        for name, dtype in FORMATS.items():
+            out[name] = torch.log2(torch.finfo(dtype).max / absmax)
+        return out
+
+
+def saturated_share(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(saturated elements, elements) of a DyT or Derf norm on its input x."""
+    z = module.alpha * x.detach().float()
+    squashed = torch.tanh(z) if isinstance(module, DyT) else torch.erf(z + module.shift)
+    return (squashed.abs() >= SATURATED).sum(), squashed.numel()
+
+
+class Saturation(ForwardMeasure):
+    """The share of DyT / Derf elements and soft-capped logits in saturation."""
+
+    def attach(self, model):
+        self.counts: dict[str, list] = {}
+        self.cap = getattr(getattr(model, "cfg", None), "logit_softcap", None)
+
+        def count(name: str, hit: torch.Tensor, total: int) -> None:
+            hits, totals = self.counts.setdefault(name, [[], 0])
+            hits.append(hit)
+            self.counts[name][1] = totals + total
+
+        def norm_hook(name: str):
+            return lambda module, args: count(name, *saturated_share(module, args[0]))
+
+        def capped_attention(name: str):
+            def fn(module, args):
+                s = attention_scores(module, args[0])
+                seen = s[torch.isfinite(s)]
+                count(
+                    name, (torch.tanh(seen / module.softcap).abs() >= SATURATED).sum(), seen.numel()
+                )
+
+            return fn
+
+        handles = []
+        for i, block in enumerate(model.blocks):
+            layer = names.per_layer(f"{names.SATURATION}/norm", i)
+            handles += [
+                m.register_forward_pre_hook(norm_hook(layer))
+                for m in block.modules()
+                if isinstance(m, DyT | Derf)
+            ]
+            if getattr(block.attn, "softcap", None) is not None:
+                cap = names.per_layer(f"{names.SATURATION}/attn_cap", i)
+                handles.append(block.attn.register_forward_pre_hook(capped_attention(cap)))
+        final = getattr(model, "final_norm", None)
+        if isinstance(final, DyT | Derf):
+            handles.append(
+                final.register_forward_pre_hook(norm_hook(f"{names.SATURATION}/final_norm"))
+            )
+        return handles
+
+    def read(self, logits, step):
+        out = {name: torch.stack(hits).sum() / total for name, (hits, total) in self.counts.items()}
+        if self.cap is not None:  # the logits come capped: |tanh(z / c)| = |logit| / c
+            out[f"{names.SATURATION}/logit_cap"] = (
+                (logits.detach().abs() / self.cap >= SATURATED).float().mean()
+            )
+        return out
