@@ -27,6 +27,9 @@ ATTN_GATES = (None, "headwise", "elementwise")
 # Where a model's positions come from: "learned", a position table added to the embeddings;
 # "rope", rotary positions in every attention (Su et al. 2021), no table (GPT only).
 POSITIONS = ("learned", "rope")
+# A simulated low-precision forward (models/layers.py simulate_precision): every linear layer's
+# and every block's output rounded to that format; None: off.
+SIM_DTYPES = (None, "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(kw_only=True)
@@ -107,6 +110,9 @@ class BlockConfig:
     # gated attention (Qiu et al. 2025): the attention's output times sigmoid(x W_g), x its
     # input; "headwise": one gate per head, "elementwise": one per feature; None: off
     attn_gate: str | None = None
+    # a simulated low-precision forward: each linear layer's and block's output rounded to
+    # SIM_DTYPES' format (straight-through: gradients as if unrounded); None: off
+    sim_dtype: str | None = None
 
     # Set by each model: whether its attention is causal (a causal model refuses norms whose
     # statistics span tokens), and the integer fields that must be positive besides the stack's.
@@ -144,6 +150,11 @@ class BlockConfig:
             raise ValueError(
                 f"model.attn_gate={self.attn_gate!r}: choose headwise, elementwise or null (off)"
             )
+        if self.sim_dtype not in SIM_DTYPES:
+            raise ValueError(
+                f"model.sim_dtype={self.sim_dtype!r}: choose one of "
+                f"{', '.join(d for d in SIM_DTYPES if d)} or null (off)"
+            )
         for name in ("attn_softcap", "logit_softcap"):
             cap = getattr(self, name)
             if cap is not None and not cap > 0:
@@ -169,6 +180,10 @@ class GPTConfig(BlockConfig):
     vocab_size: int = 256
     block_size: int = 128  # context length
     tie_weights: bool = True
+    # Takase et al. 2023 ("Spike No More"): the token embeddings times sqrt(n_embd) ("Scaled
+    # Embed"), and a norm of the model's kind on the embeddings, positions added ("Embed LN")
+    emb_scale: bool = False
+    emb_norm: bool = False
 
     causal: ClassVar[bool] = True
     positive_fields: ClassVar[tuple[str, ...]] = ("vocab_size", "block_size")

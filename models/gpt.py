@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,6 +27,9 @@ class GPT(Stack):
         # rope: positions rotate q and k in every attention, no table
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
+        # Takase et al. 2023: embeddings times sqrt(d) ("Scaled Embed"), a norm on them ("Embed LN")
+        self.emb_scale = math.sqrt(cfg.n_embd) if cfg.emb_scale else None
+        self.emb_norm = cfg.norm.build(cfg.n_embd) if cfg.emb_norm else nn.Identity()
         self.build_stack(cfg, n_out=cfg.vocab_size)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.init_stack(cfg)
@@ -63,9 +68,11 @@ class GPT(Stack):
         if self.cfg.block_size < T:
             raise ValueError(f"sequence length {T} exceeds block_size={self.cfg.block_size}")
         x = self.tok_emb(idx)  # (B, T, C)
+        if self.emb_scale is not None:
+            x = x * self.emb_scale
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
-        x = self.drop(x)
+        x = self.drop(self.emb_norm(x))
         for block in self.blocks:
             x = block(x)
         logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)

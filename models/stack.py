@@ -59,6 +59,8 @@ class Stack(nn.Module):
         self.blocks = block_kind.build(cfg, placement, self.alpha)
         self.final_norm = cfg.norm.build(cfg.n_embd) if placement.final_norm else nn.Identity()
         self.logit_scale = block_kind.logit_scale(n_out, cfg.n_embd)
+        if cfg.sim_dtype is not None:
+            layers.simulate_precision(self.blocks, cfg.sim_dtype)
 
     def init_stack(self, cfg: BlockConfig) -> None:
         """Initialize every weight (models/init.py), then weight-normalize if asked: after

@@ -108,6 +108,8 @@ FIELDS: dict[str, Field] = {
         metric=("train/loss_spikes", "max"),
         probe=True,
     ),  # fmt: skip
+    "skipped_steps": Field(int, "optim.guards skip_step: optimizer steps not taken"),
+    "clipped_updates": Field(int, "optim.guards clip_update: updates scaled down"),
     "spike_steps_loss": Field(
         int, "spike_score: steps whose loss scored above probes.spike_sigma", probe=True
     ),

@@ -10,6 +10,7 @@ LR schedule, gradient clipping and checkpoints see one).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, MutableMapping
 
 import torch
@@ -69,6 +70,55 @@ def build_adafactor(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     """Adafactor (Shazeer & Stern 2018) as torch implements it: factored second moments, no
     first moment, relative step off (the schedule gives the lr); weight decay lr x wd."""
     return torch.optim.Adafactor(param_groups(model, cfg.decay_per_lr), lr=cfg.lr)
+
+
+class AdamAtan2(torch.optim.Optimizer):
+    """Adam-atan2 (Everett et al. 2024): Adam's step with the division by sqrt(v_hat) + eps
+    replaced by an arctangent, so no eps is needed and the step is bounded:
+
+        theta <- theta (1 - lr wd) - lr a atan2(m_hat, b sqrt(v_hat))
+
+    m_hat, v_hat Adam's bias-corrected moments. b = 1, and a = 4 / pi, which makes the first
+    step (|m_hat| = sqrt(v_hat)) as long as Adam's; weight decay decoupled as AdamW's. The state
+    keeps Adam's names (step, exp_avg, exp_avg_sq), so the adam_state probe reads it.
+    """
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.95), weight_decay: float = 0.0) -> None:
+        defaults = dict(
+            lr=lr, betas=betas, weight_decay=weight_decay, atan2_a=4 / math.pi, atan2_b=1.0
+        )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            (b1, b2), lr = group["betas"], group["lr"]
+            for p in (p for p in group["params"] if p.grad is not None):
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(())
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = float(state["step"])
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.lerp_(p.grad, 1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                p.mul_(1 - lr * group["weight_decay"])
+                direction = torch.atan2(
+                    m / (1 - b1**t), group["atan2_b"] * (v / (1 - b2**t)).sqrt()
+                )
+                p.add_(direction, alpha=-lr * group["atan2_a"])
+        return loss
+
+
+def build_adam_atan2(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """Adam-atan2 with ``param_groups``' decay split."""
+    return AdamAtan2(param_groups(model, cfg.decay_per_lr), lr=cfg.lr, betas=cfg.betas)
 
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
@@ -181,4 +231,5 @@ OPTIMIZERS: dict[str, Callable[[nn.Module, OptimConfig], torch.optim.Optimizer]]
     "sgd": build_sgd,
     "adafactor": build_adafactor,
     "muon": build_muon,
+    "adam_atan2": build_adam_atan2,
 }

@@ -19,13 +19,15 @@ from runs.errors import ConfigError
 # never recorded as if it changed something.
 SCHEDULE_KEYS = (
     "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
-    "z_loss", "independent_wd",
+    "z_loss", "independent_wd", "guards",
 )  # fmt: skip
+GUARD_NAMES = ("skip_step", "clip_update")  # training/guards.py
 OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
     "adamw": ("betas", "eps", "fused"),
     "sgd": ("momentum", "nesterov"),
     "adafactor": (),  # torch's defaults for its decay rate and eps
     "muon": ("momentum", "nesterov", "betas", "eps", "fused"),  # betas, eps, fused: its AdamW half
+    "adam_atan2": ("betas",),  # no eps: atan2 bounds the step (training/optim.py)
 }
 
 
@@ -79,11 +81,15 @@ class OptimConfig:
     # foreach step); true, on the CPU too (about 3x faster a step at the findings' sizes, the
     # results move in the last digits: an opt-in, docs/benchmarks.md); false, never.
     fused: bool | None = None
+    # guards around the step, the spike interventions (training/guards.py): skip_step
+    # (OLMo-core's 6-sigma skip), clip_update (Levanter's 3-sigma update-norm clipping)
+    guards: list[str] = dataclasses.field(default_factory=list)
 
     def read(self) -> dict:
         """The settings this config's optimizer reads (what a run records as its optim)."""
         keys = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ()))
-        return {k: v for k, v in dataclasses.asdict(self).items() if k in keys}
+        unset = () if self.guards else ("guards",)  # a run without guards records none
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in keys and k not in unset}
 
     @property
     def decay_per_lr(self) -> float:
@@ -95,6 +101,12 @@ class OptimConfig:
         if self.name not in OPTIMIZER_KEYS:
             raise ValueError(
                 f"unknown optimizer '{self.name}'; choose one of: {', '.join(OPTIMIZER_KEYS)}"
+            )
+        self.guards = list(self.guards)
+        unknown = [g for g in self.guards if g not in GUARD_NAMES]
+        if unknown:
+            raise ValueError(
+                f"unknown optim.guards {unknown}; choose from: {', '.join(GUARD_NAMES)}"
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(

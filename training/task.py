@@ -33,6 +33,7 @@ from torch import nn
 from models.gpt import GPT, GPTConfig
 from models.vit import ViT, ViTConfig
 from runs.record import ReportsToRecord, RunRecord
+from training.guards import Guarded
 from training.optim import OPTIMIZERS, param_groups, z_loss_term
 from training.optim_config import OptimConfig, lr_multiplier
 from training.reliability.checkpoints import verify
@@ -226,6 +227,8 @@ class TrainTask(ReportsToRecord, L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = OPTIMIZERS[self.optim.name](self.model, self.optim)
+        if self.optim.guards:
+            optimizer = Guarded(optimizer, self.optim.guards)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_multiplier(step, self.optim, self.total_steps)
         )
@@ -315,7 +318,13 @@ class TrainTask(ReportsToRecord, L.LightningModule):
             "final_val_loss": self.last_val_loss,
             "best_val_loss": self.best_val_loss,
             f"{self.unit}_per_s": self.throughput,
+            **self.guard_counts(),
         }
+
+    def guard_counts(self) -> dict[str, int]:
+        """The guards' counts (skipped_steps, clipped_updates), when the optimizer has any."""
+        optimizers = self.trainer.optimizers if self._trainer is not None else []
+        return optimizers[0].counts() if optimizers and isinstance(optimizers[0], Guarded) else {}
 
 
 class LanguageModelTask(TrainTask):

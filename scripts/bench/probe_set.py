@@ -10,6 +10,11 @@ variant, their ratio, and each callback's own time per step (its hooks' time ove
     python -m scripts.bench probe_set          # GPT 6 x 128, ctx 128, batch 32 (2026-11 default)
     python -m scripts.bench probe_set --probes grad_norm,act_norm --sharpness-every 100
     python -m scripts.bench probe_set --threads 1 --clock cpu   # steadier on a shared machine
+    python -m scripts.bench probe_set --each --probes attn_sink,spectral   # each probe alone
+
+``--each`` runs every named probe at every step, each with callbacks (and a forward pass) of its
+own, and reports each one's time per firing and, at its default interval, its share of a plain
+step.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from training.probes import ProbeConfig, probe_callbacks
+from training.probes import PROBES, ProbeConfig, probe_callbacks
 
 HOOKS = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")
 
@@ -70,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=100)
     p.add_argument("--probes", default=None, help="comma-separated; default: ProbeConfig's set")
     p.add_argument("--sharpness-every", type=int, default=0, help="> 0: add sharpness at this rate")
+    p.add_argument(
+        "--each", action="store_true", help="time each probe alone, firing at every step"
+    )
     p.add_argument("--steps-per-block", type=int, default=10)
     p.add_argument("--blocks", type=int, default=10, help="blocks per variant, interleaved")
     p.add_argument("--device", default="cpu")
@@ -105,7 +113,16 @@ def measure(args: argparse.Namespace) -> dict:
     x = torch.randint(0, cfg.vocab_size, shape, device=device)
     y = torch.randint(0, cfg.vocab_size, shape, device=device)
     probes = probe_config(args)
-    callbacks = probe_callbacks(probes, probe_batch=(x.cpu(), y.cpu()))
+    batch = (x.cpu(), y.cpu())
+    if args.each:  # each probe with callbacks of its own, at every step
+        labelled = [
+            (name, cb)
+            for name in probes.enabled
+            for cb in probe_callbacks(ProbeConfig(enabled=[name], every={name: 1}), batch)
+        ]
+    else:
+        labelled = [(type(cb).__name__, cb) for cb in probe_callbacks(probes, batch)]
+    callbacks = [cb for _, cb in labelled]
     trainer = fake_trainer(opt)
     for cb in callbacks:
         cb.setup(trainer, module, "fit")
@@ -120,12 +137,12 @@ def measure(args: argparse.Namespace) -> dict:
             torch.cuda.synchronize()
 
     def call(hook: str, *hook_args) -> None:
-        for cb in callbacks:
+        for label, cb in labelled:
             start = clock()
             getattr(cb, hook)(trainer, module, *hook_args)
             sync()
             if counting["on"]:
-                spent[type(cb).__name__] += clock() - start
+                spent[label] += clock() - start
 
     def step(probed: bool) -> None:
         if probed:
@@ -179,7 +196,14 @@ def main(argv: list[str] | None = None) -> dict:
         blocks = [round(t * 1e3) for t in r["blocks"][probed_flag]]
         print(f"{name:7s} {r[name + '_s'] * 1e3:8.2f} ms/step   (blocks: {blocks})")
     for name, s in sorted(r["per_callback_s"].items(), key=lambda kv: -kv[1]):
-        print(f"  {name:18s} {s * 1e3:7.2f} ms/step  ({s / plain:6.2%} of a plain step)")
+        if args.each:  # s is per firing; at its default interval it fires every PROBES[..] steps
+            every = PROBES[name].every
+            print(
+                f"  {name:18s} {s * 1e3:7.2f} ms a firing; every {every:3d} steps by default: "
+                f"{s / every / plain:6.2%} of a plain step"
+            )
+        else:
+            print(f"  {name:18s} {s * 1e3:7.2f} ms/step  ({s / plain:6.2%} of a plain step)")
     print(f"overhead ratio probed/plain = {probed / plain:.3f}")
     return r
 

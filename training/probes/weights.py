@@ -104,11 +104,16 @@ def adam_norms(
         if "exp_avg" not in state or "exp_avg_sq" not in state or id(p) not in settings:
             continue
         group = settings[id(p)]
-        (b1, b2), eps, t = group["betas"], group["eps"], float(state["step"])
+        (b1, b2), eps, t = group["betas"], group.get("eps"), float(state["step"])
         m, v = state["exp_avg"].detach(), state["exp_avg_sq"].detach()
         moments["m"][id(p)], moments["v"][id(p)] = m, v
         m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
-        moments["update"][id(p)] = lrs.get(id(p), group["lr"]) * m_hat / (v_hat.sqrt() + eps)
+        lr = lrs.get(id(p), group["lr"])
+        if "atan2_a" in group:  # Adam-atan2 (training/optim.py): a atan2(m_hat, b sqrt(v_hat))
+            step = group["atan2_a"] * torch.atan2(m_hat, group["atan2_b"] * v_hat.sqrt())
+        else:
+            step = m_hat / (v_hat.sqrt() + eps)
+        moments["update"][id(p)] = lr * step
     out = {}
     for kind, tensors in moments.items():
         prefix = {"m": names.ADAM_M, "v": names.ADAM_V, "update": names.ADAM_UPDATE}[kind]

@@ -39,9 +39,19 @@ LONG += ["model.dropout=0.1", "logger.csv.flush_logs_every_n_steps=1", "optim.wa
 
 
 BPE = ["data.tokenizer=bpe", "data.vocab_size=512"]  # trained once, read from the token cache
+# guards and instruments with state of their own (histories, warm-start vectors) resume too
+GUARDS = ["optim.guards=[skip_step,clip_update]", "probes.add=[spectral,spike_score,adam_state]"]
+GUARDS += ["+probes.every.spectral=5"]
 
 
-@pytest.mark.parametrize("data", [[], pytest.param(BPE, marks=pytest.mark.slow, id="bpe")])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        pytest.param(BPE, marks=pytest.mark.slow, id="bpe"),
+        pytest.param(GUARDS, marks=pytest.mark.slow, id="guards"),
+    ],
+)
 def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(tmp_path, tiny_run, compose_cfg, data):
     tiny_run = [*tiny_run, *data]
     killed = tmp_path / "killed"
