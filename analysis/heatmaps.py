@@ -33,6 +33,15 @@ HEATMAPS: dict[str, tuple[str, bool]] = {
     names.ATTN_ENTROPY: ("heat_attn_entropy.png", False),
     names.ATTN_ENTROPY_MIN: ("heat_attn_entropy_min.png", False),
     "update_ratio": ("heat_update_ratio.png", True),
+    # the instruments (when a run turned them on)
+    names.ATTN_SINK: ("heat_attn_sink.png", False),
+    names.ATTN_FIRST: ("heat_attn_first_token.png", False),
+    names.ACT_MASSIVE: ("heat_act_massive.png", True),
+    names.ACT_KURTOSIS: ("heat_act_kurtosis.png", True),
+    f"{names.LINEAR_OUT}/fc2": ("heat_linear_out_fc2.png", True),
+    f"{names.SPECTRAL}/fc2": ("heat_spectral_fc2.png", True),
+    names.ADAM_UPDATE: ("heat_adam_update.png", True),
+    names.LAYER_DROP: ("heat_layer_drop.png", False),
 }
 MAX_COLUMNS = 4
 

@@ -86,6 +86,38 @@ HEATMAPS: dict[str, tuple[str, str]] = {
         "each layer's update size relative to its weights, per optimizer step",
         "layers whose relative update runs far above the rest (too high an lr for them)",
     ),
+    "heat_attn_sink.png": (
+        "the share of each layer's heads whose attention on the first token exceeds 0.3",
+        "layers turning into sinks as training goes on (Gu et al. 2025)",
+    ),
+    "heat_attn_first_token.png": (
+        "the mean attention each layer's heads put on the first token",
+        "a rise well above the uniform share: a sink forming",
+    ),
+    "heat_act_massive.png": (
+        "the largest |value| of each layer's output over its median",
+        "ratios of 1e3 and more: massive activations (Sun et al. 2024)",
+    ),
+    "heat_act_kurtosis.png": (
+        "the kurtosis of the neurons' RMS in each layer's output",
+        "values far above 1: a few channels carrying outlier features (He et al. 2024)",
+    ),
+    "heat_linear_out_fc2.png": (
+        "the RMS of each layer's FFN output (fc2)",
+        "steady growth before a divergence (Rybakov et al. 2024)",
+    ),
+    "heat_spectral_fc2.png": (
+        "the largest singular value of each layer's fc2 weight",
+        "layers whose spectral norm runs away from the rest",
+    ),
+    "heat_adam_update.png": (
+        "the norm of each layer's Adam update",
+        "update spikes in the lower layers before the loss spikes (Marin's 32B run)",
+    ),
+    "heat_layer_drop.png": (
+        "the loss increase when the layer is skipped",
+        "layers whose removal costs nothing: depth the model does not use (Sun et al. 2025)",
+    ),
 }
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from analysis import init_probes, lr_sweep, xy
+from analysis import cards, init_probes, lr_sweep, xy
 from analysis.html_report import caption, page
 from analysis.plots import write_plots
 from analysis.runs import (
@@ -205,6 +205,18 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *lr_sweep.markdown(report.get("lr_sweep", [])),
     ]
+    if report.get("cards"):
+        inline = len(report["cards"]) <= CARDS_INLINE
+        out += ["## Stability cards", ""]
+        out += (
+            [cards_page(report["cards"]), ""]
+            if inline
+            else [
+                "Per run, the numbers to look at first: [cards.md](cards.md) "
+                f"({len(report['cards'])} runs).",
+                "",
+            ]
+        )
     for name in report["plots"]:
         out += [f"![{name}]({name})", "", f"*{caption(name)}*" if caption(name) else "", ""]
     if report["wandb_sync"]:
@@ -215,6 +227,20 @@ def markdown(report: dict[str, Any]) -> str:
     if report["warnings"]:
         out += ["## Warnings", "", *(f"- {md_cell(w)}" for w in report["warnings"]), ""]
     return "\n".join(out)
+
+
+CARDS_INLINE = 24  # a sweep with more runs links its cards (cards.md) instead
+
+
+def cards_page(rows: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        [
+            "Per run, the numbers to look at first (analysis/cards.py says where each comes "
+            "from; a probe that did not run leaves its column out).",
+            "",
+            md_table(*cards.cells(rows)),
+        ]
+    )
 
 
 # The figures that answer a sweep's question come first: its loss against the lr (an lr sweep),
@@ -271,6 +297,7 @@ def write_report(
             "variants": [v.row() for v in variants],
             "lr_sweep": lr_sweep.lr_sweep(variants, fields),
             "init_probe": init_probes.probe_groups(found),
+            "cards": cards.cards(runs, sweep_dir),  # each run's stability card
             "plots": [],
             "left_out": left_out,  # runs not pooled (a repeated seed), variants mixing code
             "warnings": [*warn, *left_out],
@@ -289,6 +316,10 @@ def write_report(
         report["plots"].sort(key=question_first)
         (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         (out_dir / "report.md").write_text(markdown(report))
+        if report["cards"]:
+            (out_dir / "cards.md").write_text(
+                f"# Stability cards\n\n{cards_page(report['cards'])}\n"
+            )
         probed = report["init_probe"] and not trained(report)
         cells = probe_cells(report["init_probe"]) if probed else table_cells(report)
         (out_dir / "report.html").write_text(page(report, cells, out_dir))

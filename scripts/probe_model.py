@@ -9,8 +9,12 @@ is tokenized with the checkpoint's own tokenizer.json (``--tokenizer`` names ano
 no-grad forward pass of them reads, per layer: the residual stream's RMS (act_norm) and largest
 |value| (act_max, Sun et al. 2024's massive activations), the cosine between each block's input
 and output (block_cos), attention entropy (mean and min over heads, Zhai et al. 2023) and the
-largest attention logit; and the output logits' mean log Z (Wortsman et al. 2023). Writes
-profile.json and profile.png (2 x 2 panels) into ``--out`` (default: probe-<model name>/).
+largest attention logit; and the output logits' mean log Z (Wortsman et al. 2023). The
+instruments too: the share of attention-sink heads and the first token's attention (Gu et al.
+2025), the massive-activation ratio with its channel (Sun et al. 2024), the neurons' kurtosis
+(He et al. 2024), each linear layer's output RMS, the loss without each layer (Sun et al. 2025)
+and the fp16 / bf16 headroom. Writes profile.json and profile.png (2 x 4 panels) into ``--out``
+(default: probe-<model name>/).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from models.gpt import GPT
 from models.pretrained import checkpoint_dir
 
 PER_LAYER = ("act_norm", "act_max", "block_cos", "attn/entropy", "attn/entropy_min")
+PER_LAYER += ("attn/sink", "attn/first_token", "act_massive", "act_massive/channel")
+PER_LAYER += ("act_kurtosis", "layer_drop")
+PER_LAYER += tuple(f"linear_out/{n}" for n in ("q", "k", "v", "proj", "fc1", "fc2"))
+WHOLE = ("attn/sink", "headroom/absmax", "headroom/fp16", "headroom/bf16", "logits/log_z")
 
 
 def load_tokenizer(name: str | None, directory: Path):
@@ -60,16 +68,27 @@ def windows(ids: torch.Tensor, size: int, count: int) -> torch.Tensor:
 def profile(model: GPT, batch: torch.Tensor) -> dict:
     """Per-layer lists of every PER_LAYER measure, the max attention logit per layer, log Z and
     the next-token loss of ``batch``."""
-    from training.probes.attention import AttnEntropy, MaxAttnLogit
-    from training.probes.forward import run_forward_probes
-    from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ
+    from training import probes
 
-    measures = [ActNorm(), ActMax(), BlockCos(), AttnEntropy(), MaxAttnLogit(), LogZ()]
-    flat = run_forward_probes(model, batch, measures, step=0)
+    measures = [
+        probes.ActNorm(),
+        probes.ActMax(),
+        probes.BlockCos(),
+        probes.AttnEntropy(),
+        probes.MaxAttnLogit(),
+        probes.LogZ(),
+        probes.AttnSink(),
+        probes.MassiveActivations(),
+        probes.OutlierKurtosis(),
+        probes.LinearOutputs(),
+        probes.Headroom(),
+    ]
+    flat = probes.run_forward_probes(model, batch, measures, step=0)
+    flat |= {k: float(v) for k, v in probes.layer_drop(model, batch[:, :-1], batch[:, 1:]).items()}
     out: dict = {"layers": len(model.blocks)}
     for name in (*PER_LAYER, "attn/max_logit"):
         out[name] = [flat[f"{name}/layer_{i}"] for i in range(len(model.blocks))]
-    out["log_z"] = flat["logits/log_z"]
+    out |= {name.replace("logits/", "").replace("/", "_"): flat[name] for name in WHOLE}
     with torch.no_grad():
         _, loss = model.eval()(batch[:, :-1], batch[:, 1:])
     out["loss"] = float(loss)
@@ -80,12 +99,17 @@ def plot(result: dict, title: str, path: Path) -> None:
     from analysis.xy import plt
 
     layers = list(range(result["layers"]))
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    fig, axes = plt.subplots(2, 4, figsize=(19, 7))
+    linears = tuple(f"linear_out/{n}" for n in ("q", "k", "v", "proj", "fc1", "fc2"))
     panels = (
         (axes[0, 0], ("act_max", "act_norm"), "residual stream: max |h| and RMS", True),
         (axes[0, 1], ("attn/entropy", "attn/entropy_min"), "attention entropy (nats)", False),
-        (axes[1, 0], ("block_cos",), "cosine(block input, output)", False),
-        (axes[1, 1], ("attn/max_logit",), "largest attention logit", False),
+        (axes[0, 2], ("block_cos",), "cosine(block input, output)", False),
+        (axes[0, 3], ("attn/max_logit",), "largest attention logit", False),
+        (axes[1, 0], ("act_massive", "act_kurtosis"), "max|h| / median|h|; kurtosis", True),
+        (axes[1, 1], ("attn/sink", "attn/first_token"), "sink heads; first-token attention", False),
+        (axes[1, 2], ("layer_drop",), "loss without the layer - loss (nats)", False),
+        (axes[1, 3], linears, "linear outputs' RMS", True),
     )
     for ax, names, label, log in panels:
         for name in names:
@@ -97,7 +121,10 @@ def plot(result: dict, title: str, path: Path) -> None:
             ax.ticklabel_format(axis="y", useOffset=False)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(f"{title}: mean log Z {result['log_z']:.2f}, loss {result['loss']:.3f} nats/token")
+    fig.suptitle(
+        f"{title}: mean log Z {result['log_z']:.2f}, loss {result['loss']:.3f} nats/token, "
+        f"fp16 headroom {result['headroom_fp16']:.1f} doublings"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

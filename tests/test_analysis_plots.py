@@ -310,3 +310,37 @@ def test_init_figures_pool_over_the_optimizer_and_wrap_into_rows(tmp_path: Path)
     width, height = Image.open(tmp_path / name).size
     # 9 panels: 3 rows of 4 at most, about 4 panels wide (was one strip of 9)
     assert width < 2 * height * 4 / 3 and width < 2500
+
+
+def test_stability_cards_reduce_each_runs_series(tmp_path: Path) -> None:
+    from analysis import cards
+
+    metrics = {
+        "grad_norm/total": [(0, 2.0), (5, 7.5), (9, 1.0)],
+        "attn/entropy_min/layer_0": [(0, 1.2), (5, 0.4)],
+        "attn/entropy_min/layer_1": [(0, 0.9), (5, 0.05)],
+        "headroom/fp16": [(0, 9.0), (5, 3.5)],
+        "attn/sink": [(0, 0.0), (5, 0.25), (9, 0.5)],
+    }
+    summary = {"best_val_loss": 1.234, "loss_spikes": 2, "spike_steps_loss": 1}
+    summary["spike_steps_grad"] = 0
+    one = run(0, metrics=metrics, summary=summary, lr=0.1)
+    row = cards.card(one)
+    assert row["max grad norm"] == 7.5 and row["min entropy"] == 0.05
+    assert row["fp16 headroom"] == 3.5 and row["sinks"] == 0.5  # the last logged value
+    assert row["6-sigma steps"] == "1 / 0" and row["loss spikes"] == 2
+    assert "kurtosis" not in row and "massive" not in row  # probes that did not run: no column
+    head, body = cards.cells(cards.cards([one, run(1, lr=0.1)], tmp_path))
+    assert head[:3] == ["run", "outcome", "best val"] and "min entropy" in head
+    assert body[1][head.index("min entropy")] == "–"
+
+
+def test_the_instruments_heat_maps_are_drawn_when_logged(tmp_path: Path, drawn: dict) -> None:
+    from analysis import heatmaps
+
+    series = {f"attn/sink/layer_{i}": [(0, 0.0), (10, 0.5 * i)] for i in range(3)}
+    series |= {f"act_kurtosis/layer_{i}": [(0, 1.0), (10, 1.0 + i)] for i in range(3)}
+    written = heatmaps.write_heatmaps(grouped([run(0, metrics=series, lr=0.1)])[0], tmp_path)
+    assert set(written) == {"heat_attn_sink.png", "heat_act_kurtosis.png"}
+    mesh = drawn["heat_act_kurtosis.png"].axes[0].collections[0]
+    np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(3, 2), [[1, 1], [1, 2], [1, 3]])

@@ -54,6 +54,12 @@ def test_hub_ids_come_from_the_local_cache_or_fail_in_one_line(gpt2, tmp_path, m
     assert GPT.from_hf("somebody/gpt2").cfg.n_layer == 3
 
 
+def skip(module, args, kwargs, output):
+    """A GPT-2 block's output replaced by its input (as a tuple when the block returns one)."""
+    hidden = args[0] if args else kwargs["hidden_states"]
+    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+
 def test_probe_model_profiles_match_gpt2s_hidden_states(gpt2, tmp_path):
     from scripts import probe_model
 
@@ -72,6 +78,24 @@ def test_probe_model_profiles_match_gpt2s_hidden_states(gpt2, tmp_path):
     rms = [h.float().square().mean().sqrt().item() for h in hidden[1:-1]]  # after blocks 0, 1
     assert result["act_norm"][:2] == pytest.approx(rms, rel=1e-4)
     assert len(result["attn/entropy"]) == 3 and all(0 < h < 3.5 for h in result["attn/entropy"])
+    # the instruments, against GPT-2's own hidden states and its own loss without a block
+    a = [h.abs().flatten() for h in hidden[1:-1]]
+    ratio = [float(x.max() / x.median()) for x in a]
+    assert result["act_massive"][:2] == pytest.approx(ratio, rel=1e-4)
+    channel = [int(h.abs().flatten(0, 1).max(0).values.argmax()) for h in hidden[1:-1]]
+    assert result["act_massive/channel"][:2] == channel
+    s = [h.reshape(-1, 48).square().mean(0) for h in hidden[1:-1]]  # the neurons' RMS^2
+    kurtosis = [float(x.square().mean() / x.mean().square()) for x in s]
+    assert result["act_kurtosis"][:2] == pytest.approx(kurtosis, rel=1e-4)
+    with torch.no_grad():
+        full = hf(batch, labels=batch).loss
+        handle = hf.transformer.h[1].register_forward_hook(skip, with_kwargs=True)
+        try:
+            without = hf(batch, labels=batch).loss
+        finally:
+            handle.remove()
+    assert result["layer_drop"][1] == pytest.approx(float(without - full), abs=1e-4)
+    assert result["headroom_fp16"] > 0 and 0 <= result["attn_sink"] <= 1
     with pytest.raises(SystemExit):
         probe_model.main([str(tmp_path / "missing"), "--text", str(text)])
 
