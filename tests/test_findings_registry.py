@@ -153,3 +153,24 @@ def test_a_claim_changed_after_the_freeze_is_in_its_ledger() -> None:
             entry = frozen.get(claim.id)
             if entry and entry["hash"] != claim_hash(claim):
                 assert (claim.id, claim_hash(claim)) in logged, f"{claim.id}: add its ledger entry"
+
+
+def test_f18s_spike_measures_by_hand():
+    """first_spike: OLMo-core's 6-sigma rule over the previous 128 values, from the 64th held;
+    update_lead: the loss's first spike step minus the update norm's."""
+    from analysis.findings.measures import Context, first_spike, update_lead
+
+    flat = [(s, 1.0 + 0.01 * (s % 2)) for s in range(100)]
+    assert first_spike(flat) is None
+    assert first_spike([*flat[:70], (70, 9.0), *flat[71:]]) == 70
+    assert first_spike([(s, 1.0 + 0.01 * (s % 2)) for s in range(10)] + [(10, 9.0)]) is None
+    c = Context({"run_dir": "unused"}, 12, {"max_steps": 100})
+    c.metrics = {
+        "spike/loss_z": [(s, 0.5) for s in range(64, 80)] + [(80, 7.0)],
+        "adam/update/total": [*flat[:75], (75, 50.0), *flat[76:]],
+    }
+    assert update_lead(c) == 5.0  # the update spiked at 75, the loss at 80
+    c.metrics["adam/update/total"] = flat  # the update never spiked: the loss step - the end
+    assert update_lead(c) == -20.0
+    c.metrics["spike/loss_z"] = [(s, 0.5) for s in range(64, 100)]
+    assert update_lead(c) is None  # no loss spike: the run says nothing

@@ -109,6 +109,45 @@ def first(series: list[tuple[int, float]]) -> float | None:
     return series[0][1] if series else None
 
 
+def layer_peak(c: Context, prefix: str, index: int) -> float | None:
+    """The largest layer's value at the first (0) or last (-1) logged step."""
+    found = at_layers(c, prefix, index)
+    return max(found) if found else None
+
+
+SPIKE_SIGMA, SPIKE_WINDOW = 6.0, 128  # OLMo-core's rule, as spike_score logs it
+
+
+def first_spike(series: list[tuple[int, float]]) -> int | None:
+    """The first step whose value lies more than 6 sigma from the mean of the previous 128
+    (std with n - 1; scored once 64 values are held, the current one included)."""
+    values = [v for _, v in series]
+    for k, (step, value) in enumerate(series):
+        history = values[max(0, k - SPIKE_WINDOW) : k]
+        if k + 1 >= max(20, SPIKE_WINDOW // 2) and len(history) >= 2:
+            std = statistics.stdev(history)
+            if std > 0 and abs(value - statistics.fmean(history)) > SPIKE_SIGMA * std:
+                return step
+    return None
+
+
+def update_lead(c: Context) -> float | None:
+    """Steps from the Adam update norm's first 6-sigma spike to the loss's first (positive: the
+    update spiked first); None when the loss never spiked. An update that never spiked before
+    the loss did leads by 0 or less: the loss's step minus the run's end."""
+    loss = next((s for s, z in c.series(names.SPIKE_LOSS_Z) if z > SPIKE_SIGMA), None)
+    if loss is None:
+        return None
+    update = first_spike(c.series(f"{names.ADAM_UPDATE}/total"))
+    end = c.settings.get("max_steps") or loss
+    return float(loss - (update if update is not None and update <= loss else end))
+
+
+def summary_value(c: Context, key: str) -> float | None:
+    value = (run_summary(Path(c.run["run_dir"])) or {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
 MEASURES: dict[str, Measure] = {
     "best_val_loss": lambda c: c.completed("best_val_loss"),
     "final_val_loss": lambda c: c.completed("final_val_loss"),
@@ -129,6 +168,16 @@ MEASURES: dict[str, Measure] = {
     "cos_early": lambda c: profile(c, "cos_early"),
     "cos_late": lambda c: profile(c, "cos_late"),
     "rms_late_growth": lambda c: profile(c, "rms_late_growth"),
+    # F18: the instruments
+    "sink_share": lambda c: s[-1][1] if (s := c.series(names.ATTN_SINK)) else None,
+    "massive_ratio": lambda c: layer_peak(c, names.ACT_MASSIVE, -1),  # last probe, top layer
+    "kurtosis_growth": lambda c: ratio(
+        layer_peak(c, names.ACT_KURTOSIS, 0), layer_peak(c, names.ACT_KURTOSIS, -1)
+    ),  # fmt: skip
+    "min_fp16_headroom": lambda c: min((y for _, y in c.series(names.HEADROOM_FP16)), default=None),
+    "loss_spikes": lambda c: summary_value(c, "loss_spikes"),  # train loss > 1.5 x running median
+    "sigma_spikes": lambda c: summary_value(c, "spike_steps_loss"),  # 6-sigma loss steps
+    "update_lead": update_lead,
 }
 CURVE_MEASURES = ("final_val_loss", "first_train_loss")  # what a loss-vs-lr curve reads
 PROBE_MEASURES = ("last_fc2", "act_ratio")  # F1: probe.json's per-seed values at init

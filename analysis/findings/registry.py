@@ -28,6 +28,8 @@ Margins, one value per word across the findings, on each measure's own scale:
     FLOOR = 0.1 nats    "entropy collapses": one key taking 99% of a row leaves ~0.08
     DRIFT = 1.0 nat     "log Z diverges": falls this far below its end-of-warmup value
     LONG_RUN = 1e4      steps: Wortsman et al.'s output-logit divergence comes late in ~1e5
+    SINKS = 0.1         F18 "sinks emerge": one head in ten is a sink (Gu et al.'s epsilon 0.3)
+    MASSIVE = 100       F18 "massive activations": Sun et al. see 1e3-1e4 x the median at scale
 
 Seeds per arm (``seeds``): SEEDS for an interval claim, RATE_SEEDS for a rate, where a rate's
 exact interval of n out of n first clears MOST at n = 6; the pilots' power calculation that
@@ -46,6 +48,7 @@ WORSE, CLOSE, FAILS, DEEP_OK, F4_TOL, FACTOR, MOST = 0.10, 0.05, 0.20, 0.30, 0.0
 UPDATE_RATIO, FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 2.0, 0.15, -0.3, 1.5, 2.0
 LOGIT_GROWTH, SENS_GAP, SPAN_UP, ACC_FACTOR = 10.0, 0.03, 10.0, 1.25
 RMS_GROWTH, NEAR_ONE, COS_DROP, GROWS, FLOOR, DRIFT, LONG_RUN = 1.2, 0.9, 0.01, 2.0, 0.1, 1.0, 1e4
+SINKS, MASSIVE = 0.1, 100.0
 SEEDS, RATE_SEEDS = 5, 6  # the floors; a claim's own n: scripts/plan_seeds.py's table
 
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
@@ -297,10 +300,26 @@ F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate wi
       departs="the paper's flat curve also has longer warmup, independent decay and muParam, "
               "not tested here"),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
+
+GU, HE, MARIN = "Gu et al. 2025", "He et al. 2024", "Marin's 32B run (2025)"
+PRE_LO, PRE_HI = at("pre", lr=MIN), at("pre", lr=MAX)
+F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at the league's size", (
+    C("F18a", "Attention sinks emerge in Pre-LN: at least one head in ten puts over 0.3 of its "
+      "attention on the first token", GU,
+      P("mean", (PRE_LO,), SINKS, "above", measure="sink_share"), lr="fixed"),
+    C("F18b", "Massive activations emerge in Pre-LN: the top |h| sits 100x above the median",
+      "Sun et al. 2024",
+      P("ratio", (PRE_LO,), MASSIVE, "above", measure="massive_ratio"), lr="fixed"),
+    C("F18c", "Outlier features grow in Pre-LN's training: the neurons' kurtosis doubles", HE,
+      P("ratio", (PRE_LO,), GROWS, "above", measure="kurtosis_growth"), lr="fixed"),
+    C("F18d", "At a high rate Pre-LN's Adam update norm spikes before its loss does", MARIN,
+      P("mean", (PRE_HI,), 0.0, "above", measure="update_lead"), lr="fixed"),
+), plots=("heat_attn_sink.png", "heat_act_massive.png", "heat_act_kurtosis.png",
+          "heat_adam_update.png", "loss_curves.png"))
 # fmt: on
 
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
-    "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13,
+    "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
