@@ -51,22 +51,28 @@ def run_config(run_dir: Path, recorded: dict | None = None):
 
 
 def evaluate(run_dir: Path, ckpt: Path | None = None, threads: int | None = None) -> dict:
-    """{"val/loss": ..., ["val/acc" | "val/bpb"]: ...} of ``ckpt`` (default last.ckpt)."""
-    import lightning.pytorch as L
-
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
-
+    """{"val/loss": ..., ["val/acc" | "val/bpb"]: ...} of ``ckpt`` (default last.ckpt). The
+    run dir and the checkpoint are read before Lightning is imported: a wrong path fails in
+    one line, in a second."""
     from runs.errors import ConfigError
-    from training.build import build_data
     from training.reliability.checkpoints import read_checkpoint, resume_state
-    from training.run_config import typed_config
-    from training.threads import set_threads
 
     ckpt = ckpt or run_dir / runfiles.CHECKPOINT
+    if not (run_dir / CONFIG).is_file():
+        raise ConfigError(f"{run_dir / CONFIG} does not exist; pass a run directory train.py wrote")
     if not ckpt.is_file():
         raise ConfigError(f"{ckpt} does not exist; pass a run dir with a last.ckpt, or --ckpt")
     recorded = resume_state(read_checkpoint(ckpt, "pass another checkpoint")).get("run_config")
     cfg = run_config(run_dir, recorded)
+
+    import lightning.pytorch as L
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device lines, no tips
+
+    from training.build import build_data
+    from training.run_config import typed_config
+    from training.threads import set_threads
+
     set_threads(threads if threads is not None else cfg.get("num_threads"))
     run = typed_config(cfg)
     spec = run.spec

@@ -282,3 +282,21 @@ def test_checkpoint_and_init_probe_sections_are_checked_like_the_rest(compose_cf
         typed_config(compose_cfg([override]))
     assert said in str(err.value)
     assert typed_config(compose_cfg(["checkpoint.every_n_steps=7"])).checkpoint.every_n_steps == 7
+
+
+@pytest.mark.parametrize("script", ["sample", "evaluate"])
+def test_a_missing_run_dir_fails_in_one_line_without_importing_lightning(script, tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys; from scripts import {script}\n"
+        f"try:\n    {script}.main([{str(tmp_path / 'missing')!r}])\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+        "print(sorted(m for m in ('lightning', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
+    assert done.stdout.strip().splitlines()[-2:] == ["exit 1", "[]"], done.stderr[-1000:]
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error:") and "missing" in errors[0]
