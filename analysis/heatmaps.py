@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -97,14 +98,14 @@ def plot_heatmap(variants: list[Variant], prefix: str, out_dir: Path) -> str | N
     cols = min(MAX_COLUMNS, len(found))
     rows = math.ceil(len(found) / cols)
     fig, axes = plt.subplots(
-        rows, cols, figsize=(3.6 * cols + 1.2, 2.8 * rows), squeeze=False, layout="constrained"
+        rows, cols, figsize=(3.6 * cols + 1.2, 3.0 * rows), squeeze=False, layout="constrained"
     )
     norm = color_scale([g for _, (_, g) in found], log)
     mesh = None
     for ax, (variant, (steps, grid)) in zip(axes.flat, found, strict=False):
         layers = list(range(grid.shape[0]))
         mesh = ax.pcolormesh(edges(steps, True), edges(layers), grid, norm=norm, cmap="viridis")
-        ax.set_title(variant.label, fontsize=8)
+        ax.set_title("\n".join(textwrap.wrap(variant.label, 44)), fontsize=7)  # long labels wrap
         ax.set_xlabel("step")
         ax.set_ylabel("layer")
     for ax in list(axes.flat)[len(found) :]:

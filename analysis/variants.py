@@ -54,7 +54,8 @@ def variant_fields(runs: list[Run]) -> list[str]:
     """The fields that tell variants apart: canonical ones that vary, plus the fewest others.
 
     Seed-derived fields (a run name ending in -s0) vary too, so other fields join only while some
-    group still holds two runs with one seed; each time the field giving the coarsest split wins.
+    group still holds two runs with one seed; each time the field giving the coarsest split wins
+    (among equals, a group's choice such as optim.name before a setting it implies).
     """
     keys = sorted({k for r in runs for k in r.params})
     varying = [k for k in keys if len({r.params.get(k) for r in runs}) > 1]
@@ -66,6 +67,7 @@ def variant_fields(runs: list[Run]) -> list[str]:
             key=lambda k: (
                 seed_collisions(runs, [*chosen, k]) >= clash,
                 len(partition(runs, [*chosen, k])),
+                not k.endswith(".name"),  # a tie goes to a group's choice (optim.name)
                 k,
             ),
         )

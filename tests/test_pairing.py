@@ -1,6 +1,7 @@
 """Paired designs are paired: arms that differ only in the schedule (F2's warmup), the loss
 (F12's z-loss) or QK-norm (F6, F10) start from the same weights and see the same batches at the
-same seed, built the way train.py builds a run. This is what licenses comparing those arms
+same seed, built the way train.py builds a run (and F18's interventions: the embeddings' scale
+and norm, the optimizer, the guards, the simulated fp16 forward). This is what licenses comparing those arms
 seed by seed (a paired interval) instead of as independent samples."""
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ PAIRED = [
     ("f12_z_loss", "optim.z_loss", ("0.0", "1e-4")),
     ("f6_lr_sensitivity", "model.qk_norm", ("false", "true")),
     ("f10_entropy", "model.qk_norm", ("false", "true")),
+    # F18's interventions against plain Pre-LN (a value's extra overrides after a space)
+    ("f18_instruments", "model.emb_norm", ("false", "true model.emb_scale=true")),
+    ("f18_instruments", "optim", ("adamw", "adam_atan2 ~optim.fused")),
+    ("f18_instruments", "optim.guards", ("[]", "[skip_step]")),
+    ("f18_instruments", "model.sim_dtype", ("null", "fp16")),
 ]
 SMALL = ["model.n_layer=2", "trainer.max_steps=200", "optim.warmup_steps=0", "num_threads=1"]
 
@@ -37,7 +43,7 @@ def built(compose_cfg, tmp_path, experiment: str, overrides: list[str], seed: in
 @pytest.mark.parametrize("experiment,key,values", PAIRED, ids=[p[0] for p in PAIRED])
 def test_paired_arms_share_weights_and_batches(experiment, key, values, compose_cfg, tmp_path):
     (wa, ba), (wb, bb) = (
-        built(compose_cfg, tmp_path, experiment, [f"{key}={v}"], seed=3) for v in values
+        built(compose_cfg, tmp_path, experiment, f"{key}={v}".split(" "), seed=3) for v in values
     )
     shared = set(wa) & set(wb)
     assert shared and shared == set(wa)  # the other arm adds (QK-norm's norms) but removes none
@@ -45,6 +51,6 @@ def test_paired_arms_share_weights_and_batches(experiment, key, values, compose_
     for (xa, ya), (xb, yb) in zip(ba, bb, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     # The check can fail: another seed starts elsewhere and reads other batches.
-    wc, bc = built(compose_cfg, tmp_path, experiment, [f"{key}={values[0]}"], seed=4)
+    wc, bc = built(compose_cfg, tmp_path, experiment, f"{key}={values[0]}".split(" "), seed=4)
     assert not all(torch.equal(wa[k], wc[k]) for k in shared)
     assert not torch.equal(ba[0][0], bc[0][0])

@@ -141,10 +141,12 @@ def arm_text(arm: dict[str, Any]) -> str:
         name = key.split(".")[-1]
         symbols = {MAX: f"largest {name}", MIN: f"smallest {name}", REF_LR: "ref lr",
                    RUN_LR: "the run's lr", EACH: f"each {name}"}  # fmt: skip
-        if isinstance(value, bool):
+        if isinstance(value, bool) or value is None or value == []:
             shown.append(name if value else f"no {name}")
         elif isinstance(value, str):
             shown.append(symbols.get(value, value))
+        elif isinstance(value, list | tuple):
+            shown.append(f"{name}={','.join(map(str, value))}")
         else:
             shown.append(f"{name}={value:g}")
     return " ".join(shown) or "all runs"

@@ -77,6 +77,7 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
         "hash": claim_hash(claim), "status": "NO DATA", "effects": {}, "arms": {},
         "note": "",
     }  # fmt: skip
+    absent = None
     try:
         absent = gate_absent(claim, table)
         for part in claim.parts:
@@ -88,9 +89,13 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
             verdict["before_gate"], verdict["status"] = verdict["status"], "NOT TESTABLE"
             reading.notes.insert(0, f"NOT TESTABLE: {why}")
     except NoData as err:
-        verdict["status"], verdict["effects"] = "NO DATA", {}
+        # a precondition that failed explains an effect with no values (F18d: no loss spike,
+        # so no lead to measure): NOT TESTABLE, not NO DATA
+        verdict["status"], verdict["effects"] = ("NOT TESTABLE" if absent else "NO DATA"), {}
         gone = ", ".join(f"{n} {s}" for s, n in table.get("left_out", {}).items())
         reading.notes.insert(0, f"{err}" + (f" ({gone} runs left out)" if gone else ""))
+        if absent:
+            reading.notes.insert(0, f"NOT TESTABLE: {absent}")
     for effect in verdict["effects"].values():
         for key in ("effect", "lo", "hi", "p_pass", "p_fail"):
             if isinstance(effect.get(key), float):

@@ -178,6 +178,8 @@ MEASURES: dict[str, Measure] = {
     "loss_spikes": lambda c: summary_value(c, "loss_spikes"),  # train loss > 1.5 x running median
     "sigma_spikes": lambda c: summary_value(c, "spike_steps_loss"),  # 6-sigma loss steps
     "update_lead": update_lead,
+    "skipped_steps": lambda c: summary_value(c, "skipped_steps"),  # optim.guards skip_step
+    "clipped_updates": lambda c: summary_value(c, "clipped_updates"),  # clip_update
 }
 CURVE_MEASURES = ("final_val_loss", "first_train_loss")  # what a loss-vs-lr curve reads
 PROBE_MEASURES = ("last_fc2", "act_ratio")  # F1: probe.json's per-seed values at init

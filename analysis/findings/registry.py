@@ -56,6 +56,7 @@ WORTSMAN, SUN, ZHAI = "Wortsman et al. 2023", "Sun et al. 2025", "Zhai et al. 20
 KIM = "Kim et al. 2025; Sun et al. 2024"
 QK, Z, BATCH = "model.qk_norm", "optim.z_loss", "data.batch_size"
 SHORT = "runs of a few hundred steps at d=64 on a small text corpus"
+SIZE18 = "0.6M parameters for 200 steps on 100k characters; the papers' models have 100M-70B"
 
 
 def C(cid: str, statement: str, source: str, *parts: P, seeds: int = SEEDS, **more: Any) -> Claim:
@@ -302,18 +303,54 @@ F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate wi
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 GU, HE, MARIN = "Gu et al. 2025", "He et al. 2024", "Marin's 32B run (2025)"
-PRE_LO, PRE_HI = at("pre", lr=MIN), at("pre", lr=MAX)
+# Pre-LN with AdamW, no guard, fp32, plain embeddings: each arm changes one of these
+PLAIN = {"optim.name": "adamw", "optim.guards": [], "model.emb_norm": False,
+         "model.sim_dtype": None}
+PRE_LO, PRE_HI = at("pre", lr=MIN, **PLAIN), at("pre", lr=MAX, **PLAIN)
+PERI_HI = at("sandwich", lr=MAX, **PLAIN)
+ARM = lambda **one: {**PRE_HI, **one}  # noqa: E731  (Pre-LN at the high rate, one change)
+FP16 = {"model.sim_dtype": "fp16"}
 F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at the league's size", (
-    C("F18a", "Attention sinks emerge in Pre-LN: at least one head in ten puts over 0.3 of its "
-      "attention on the first token", GU,
-      P("mean", (PRE_LO,), SINKS, "above", measure="sink_share"), lr="fixed"),
+    C("F18a", "In Pre-LN attention sinks emerge at a high learning rate: at least one head in ten "
+      "puts over 0.3 of its attention on the first token, more than at the league's rate", GU,
+      P("mean", (PRE_HI,), SINKS, "above", measure="sink_share"),
+      P("diff", (PRE_HI, PRE_LO), 0.0, "above", measure="sink_share"), lr="fixed",
+      departs=SIZE18, seeds=10),
     C("F18b", "Massive activations emerge in Pre-LN: the top |h| sits 100x above the median",
-      "Sun et al. 2024",
-      P("ratio", (PRE_LO,), MASSIVE, "above", measure="massive_ratio"), lr="fixed"),
-    C("F18c", "Outlier features grow in Pre-LN's training: the neurons' kurtosis doubles", HE,
-      P("ratio", (PRE_LO,), GROWS, "above", measure="kurtosis_growth"), lr="fixed"),
+      "Sun et al. 2024", P("ratio", (PRE_HI,), MASSIVE, "above", measure="massive_ratio"),
+      lr="fixed", departs=SIZE18),
+    C("F18c", "Outlier features grow in Pre-LN's training at a high learning rate: the neurons' "
+      "kurtosis at least doubles, and grows more than at the league's rate", HE,
+      P("ratio", (PRE_HI,), GROWS, "above", measure="kurtosis_growth"),
+      P("ratio2", (PRE_HI, PRE_LO), 1.0, "above", measure="kurtosis_growth"), lr="fixed",
+      departs=SIZE18, seeds=6),
     C("F18d", "At a high rate Pre-LN's Adam update norm spikes before its loss does", MARIN,
-      P("mean", (PRE_HI,), 0.0, "above", measure="update_lead"), lr="fixed"),
+      P("mean", (PRE_HI,), 0.0, "above", measure="update_lead"), lr="fixed",
+      gate=Gate("no 6-sigma loss spike for an update spike to precede",
+                P("mean", (PRE_HI,), 0.5, "above", measure="sigma_spikes")), departs=SIZE18),
+    C("F18e", "In an fp16 forward Pre-LN diverges at a high rate more often than Peri-LN",
+      "Kim et al. 2025",
+      P("rate2", (ARM(**FP16), {**PERI_HI, **FP16}), 0.0, "above", event="diverged"),
+      lr="fixed", seeds=RATE_SEEDS,
+      gate=Gate("Pre-LN's activations stay inside fp16's range in fp32",
+                P("mean", (PRE_HI,), 0.0, "below", measure="min_fp16_headroom"))),
+    C("F18f", "At a high rate Pre-LN with scaled and normalized embeddings ends better",
+      "Takase et al. 2023", P("paired", (PRE_HI, ARM(**{"model.emb_norm": True})), F4_TOL,
+                              "above"), lr="fixed"),
+    C("F18g", "Adam-atan2 ends as well as AdamW at a high rate", "Everett et al. 2024",
+      P("paired", (ARM(**{"optim.name": "adam_atan2"}), PRE_HI), CLOSE, "below"), lr="fixed",
+      seeds=10),
+    C("F18h", "Skipping 6-sigma steps costs no final loss at a high rate", "OLMo-core's skip step",
+      P("paired", (ARM(**{"optim.guards": ["skip_step"]}), PRE_HI), CLOSE, "below"),
+      lr="fixed", gate=Gate("uninformative: the guard skipped no step",
+                            P("mean", (ARM(**{"optim.guards": ["skip_step"]}),), 0.5, "above",
+                              measure="skipped_steps"))),
+    C("F18i", "Clipping 3-sigma updates costs no final loss at a high rate",
+      "Levanter's update clipping",
+      P("paired", (ARM(**{"optim.guards": ["clip_update"]}), PRE_HI), CLOSE, "below"),
+      lr="fixed", gate=Gate("uninformative: the guard clipped no update",
+                            P("mean", (ARM(**{"optim.guards": ["clip_update"]}),), 0.5, "above",
+                              measure="clipped_updates"))),
 ), plots=("heat_attn_sink.png", "heat_act_massive.png", "heat_act_kurtosis.png",
           "heat_adam_update.png", "loss_curves.png"))
 # fmt: on

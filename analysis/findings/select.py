@@ -35,12 +35,26 @@ class NoData(Exception):
 def same(a: Any, b: Any) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
         return math.isclose(float(a), float(b), rel_tol=1e-6)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):  # a run's tuple, JSON's list
+        return list(a) == list(b)
     return a == b
 
 
 def label(arm: dict[str, Any]) -> str:
-    return " ".join(str(v) if isinstance(v, str) else f"{k.split('.')[-1]}={v:g}"
-                    for k, v in arm.items()) or "all runs"  # fmt: skip
+    return " ".join(show(k, v) for k, v in arm.items()) or "all runs"
+
+
+def show(key: str, value: Any) -> str:
+    """One arm value as a label reads it: a string as it is, a number as name=value, a bool,
+    None or an empty list as the name or "no name", a list joined."""
+    name = key.split(".")[-1]
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None or value == []:
+        return name if value else f"no {name}"
+    if isinstance(value, list | tuple):
+        return f"{name}={','.join(map(str, value))}"
+    return f"{name}={value:g}"
 
 
 def key_values(rows: list[dict], key: str) -> list[Any]:
