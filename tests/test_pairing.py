@@ -1,8 +1,8 @@
 """Paired designs are paired: arms that differ only in the schedule (F2's warmup), the loss
 (F12's z-loss) or QK-norm (F6, F10) start from the same weights and see the same batches at the
 same seed, built the way train.py builds a run (and F18's interventions: the embeddings' scale
-and norm, the optimizer, the guards, the simulated fp16 forward). This is what licenses comparing those arms
-seed by seed (a paired interval) instead of as independent samples."""
+and norm, the optimizer, the guards, the simulated fp16 forward). This is what licenses
+comparing those arms seed by seed (a paired interval) instead of as independent samples."""
 
 from __future__ import annotations
 
