@@ -156,6 +156,7 @@ PUBLISHED = ".published.json"  # in a publish dir: the finding, experiment and f
 # What publish ever writes (the report's figures besides): the only names its manifest may
 # delete, whatever a hand-edited or merged manifest lists.
 PUBLISHES = ("verdict.md", "verdict.json", "report/report.md", "report/report.json")
+CARDS = "report/cards.md"  # the stability cards, when the report keeps them apart
 
 
 def own_file(dest: Path, name: Any) -> bool:
@@ -163,7 +164,7 @@ def own_file(dest: Path, name: Any) -> bool:
     if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
         return False
     figures = {p for f in FINDINGS.values() for p in f.plots}
-    writes = name in PUBLISHES or (name.startswith("report/") and name[7:] in figures)
+    writes = name in (*PUBLISHES, CARDS) or (name.startswith("report/") and name[7:] in figures)
     return writes and (dest / name).resolve().is_relative_to(dest.resolve())
 
 
@@ -196,7 +197,8 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
             f"directory (e.g. --publish {dest.parent / finding})"
         )
     shown = [name for name in plots if (out / "report" / name).is_file()]
-    files = [*PUBLISHES, *(f"report/{n}" for n in shown)]
+    cards = [CARDS] if (out / CARDS).is_file() else []
+    files = [*PUBLISHES, *cards, *(f"report/{n}" for n in shown)]
     replaced = [f for f in files if (dest / f).is_file()]
     stale = {f for f in before.get("files", []) if own_file(dest, f)} - set(files)
     canonical = f"multirun/reproduce/{experiment}"
