@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import torch
 
+from training.optim import run_closure
+
 WINDOW = 128
 
 
@@ -116,10 +118,7 @@ class Guarded(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         params = [p for g in self.param_groups for p in g["params"]]
         skip = self.guards.get("skip_step")
         if skip is not None and loss is not None:

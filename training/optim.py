@@ -31,6 +31,15 @@ def z_loss_term(logits: torch.Tensor, coefficient: float) -> torch.Tensor:
     return coefficient * logits.float().logsumexp(dim=-1).square().mean()
 
 
+def run_closure(closure: Callable[[], torch.Tensor] | None) -> torch.Tensor | None:
+    """The closure's loss (forward and backward), with gradients on: an optimizer's step runs
+    under no_grad."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decay matrices and embeddings (>=2-D); leave biases and norm gains (1-D) alone."""
     params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
@@ -91,10 +100,7 @@ class AdamAtan2(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         for group in self.param_groups:
             (b1, b2), lr = group["betas"], group["lr"]
             for p in (p for p in group["params"] if p.grad is not None):
@@ -207,10 +213,7 @@ class Combined(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         for opt in self.parts:
             opt.step()
         return loss

@@ -31,3 +31,17 @@ def log_to_loggers(trainer: L.Trainer, metrics: dict[str, float], step: int) -> 
     if metrics and trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
+
+
+class Every:
+    """A callback that fires once per optimizer step (gradient accumulation calls a batch hook
+    per micro-batch), every ``every`` steps."""
+
+    every: int
+    _last_step: int = -1
+
+    def due(self, step: int) -> bool:
+        if step == self._last_step or step % self.every:
+            return False
+        self._last_step = step
+        return True

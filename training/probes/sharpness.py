@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.kernels import unfused
-from training.probes.common import log_to_loggers, to_floats
+from training.probes.common import Every, log_to_loggers, to_floats
 from training.probes.forward import ProbeBatchCallback
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
@@ -136,7 +136,7 @@ def sharpness(
     return out
 
 
-class Sharpness(ProbeBatchCallback):
+class Sharpness(Every, ProbeBatchCallback):
     """sharpness/* at the start of every ``every``-th optimizer step, on the probe batch."""
 
     def __init__(
@@ -160,9 +160,8 @@ class Sharpness(ProbeBatchCallback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step == self._last_step or step % self.every:
+        if not self.due(step):
             return
-        self._last_step = step
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         device = pl_module.device
         values = sharpness(

@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from runs import metric_names as names
-from training.probes.common import blocks_of, log_to_loggers, to_floats
+from training.probes.common import Every, blocks_of, log_to_loggers, to_floats
 from training.probes.forward import ProbeBatchCallback
 from training.probes.gradients import group_norms
 from training.probes.sharpness import power_iteration
@@ -56,7 +56,7 @@ def spectral_norm(
     return lam.clamp_min(0).sqrt().float(), state.get("v", v)
 
 
-class Spectral(Callback):
+class Spectral(Every, Callback):
     """spectral/* and stable_rank/* every ``every`` optimizer steps, at the step's start."""
 
     def __init__(self, every: int = 100, iters: int = 20) -> None:
@@ -67,9 +67,8 @@ class Spectral(Callback):
     @torch.no_grad()
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step == self._last_step or step % self.every:
+        if not self.due(step):
             return
-        self._last_step = step
         generator = torch.Generator().manual_seed(step)  # the run's own streams stay untouched
         values = {}
         for i, block in enumerate(blocks_of(pl_module)):
@@ -150,7 +149,7 @@ class AdamState(Callback):
         log_to_loggers(trainer, to_floats(values), self.step)
 
 
-class LayerDrop(ProbeBatchCallback):
+class LayerDrop(Every, ProbeBatchCallback):
     """layer_drop/layer_{i} every ``every`` optimizer steps, at the step's start."""
 
     def __init__(self, every: int = 100, batch_size: int = 8, probe_batch=None) -> None:
@@ -169,9 +168,8 @@ class LayerDrop(ProbeBatchCallback):
     @torch.no_grad()
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step == self._last_step or step % self.every:
+        if not self.due(step):
             return
-        self._last_step = step
         model, device = pl_module.model, pl_module.device
         inputs = trainer.precision_plugin.convert_input(self.inputs.to(device))
         context = trainer.precision_plugin.forward_context

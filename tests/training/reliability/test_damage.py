@@ -5,6 +5,7 @@ ranges, and report.md cells that would break its tables."""
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 from pathlib import Path
 
@@ -196,7 +197,11 @@ def test_report_md_cells_with_pipes_newlines_and_html_stay_in_their_cells(tmp_pa
         (run / "summary.json").write_text(json.dumps(summary))
     compare.main([str(root), "--out", str(tmp_path / "report"), "--no-wandb", "--no-plots"])
     md = (tmp_path / "report" / "report.md").read_text()
-    table = [line for line in md.splitlines() if line.startswith("|")]
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
     cells = {len(line.replace("\\|", "").split("|")) for line in table}
     assert len(cells) == 1 and len(table) == 5  # header, rule, three rows: none broken apart
+    cards = [line for line in lines[start + len(table) :] if line.startswith("|")]
+    assert len({len(line.replace("\\|", "").split("|")) for line in cards}) == 1  # the cards too
     assert "<b>" not in md and "&lt;b&gt;bold&lt;/b&gt;" in md and "a\\|b" in md
