@@ -24,19 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from analysis.runs import Run
+from runs import metric_names as names
 
 # (column, metric name or pattern, reduction over its steps and matching series)
 CARD: list[tuple[str, str, str]] = [
-    ("max grad norm", "grad_norm/total", "max"),
-    ("max attn logit", "attn/max_logit", "max"),
-    ("min entropy", "attn/entropy_min/layer_*", "min"),
-    ("max |h|", "act_max/layer_*", "max"),
-    ("massive", "act_massive/layer_*", "max"),
-    ("kurtosis", "act_kurtosis/layer_*", "max"),
-    ("fp16 headroom", "headroom/fp16", "min"),
+    ("max grad norm", names.GRAD_TOTAL, "max"),
+    ("max attn logit", names.MAX_LOGIT, "max"),
+    ("min entropy", names.per_layer(names.ATTN_ENTROPY_MIN, "*"), "min"),
+    ("max |h|", names.per_layer(names.ACT_MAX, "*"), "max"),
+    ("massive", names.per_layer(names.ACT_MASSIVE, "*"), "max"),
+    ("kurtosis", names.per_layer(names.ACT_KURTOSIS, "*"), "max"),
+    ("fp16 headroom", names.HEADROOM_FP16, "min"),
     ("max update", "update_ratio/max", "max"),
-    ("Adam update", "adam/update/total", "max"),
-    ("sinks", "attn/sink", "last"),
+    ("Adam update", f"{names.ADAM_UPDATE}/total", "max"),
+    ("sinks", names.ATTN_SINK, "last"),
 ]
 
 

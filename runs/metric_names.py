@@ -42,6 +42,6 @@ SPIKE_LOSS_Z = "spike/loss_z"  # |loss - mean| / std over the previous window (O
 SPIKE_GRAD_Z = "spike/grad_z"  # the same for the total gradient norm
 
 
-def per_layer(prefix: str, i: int) -> str:
-    """The name of layer ``i``'s value of a per-layer metric."""
+def per_layer(prefix: str, i: int | str) -> str:
+    """The name of layer ``i``'s value of a per-layer metric (``"*"``: a pattern for every layer)."""
     return f"{prefix}/layer_{i}"

@@ -110,11 +110,9 @@ FIELDS: dict[str, Field] = {
     ),  # fmt: skip
     "skipped_steps": Field(int, "optim.guards skip_step: optimizer steps not taken"),
     "clipped_updates": Field(int, "optim.guards clip_update: updates scaled down"),
-    "spike_steps_loss": Field(
-        int, "spike_score: steps whose loss scored above probes.spike_sigma", probe=True
-    ),
+    "spike_steps_loss": Field(int, "spike_score: steps whose loss scored above probes.spike_sigma"),
     "spike_steps_grad": Field(
-        int, "spike_score: steps whose gradient norm scored above probes.spike_sigma", probe=True
+        int, "spike_score: steps whose gradient norm scored above probes.spike_sigma"
     ),
     "final_sharpness": Field(
         Number, "the last Hessian top eigenvalue", metric=("sharpness/hessian", "last"), probe=True
