@@ -43,5 +43,5 @@ SPIKE_GRAD_Z = "spike/grad_z"  # the same for the total gradient norm
 
 
 def per_layer(prefix: str, i: int | str) -> str:
-    """The name of layer ``i``'s value of a per-layer metric (``"*"``: a pattern for every layer)."""
+    """The name of layer ``i``'s value of a per-layer metric (``"*"``: every layer's, a pattern)."""
     return f"{prefix}/layer_{i}"
