@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from training.optim import run_closure
+from training.probes.spikes import z_score
 
 WINDOW = 128
 
@@ -45,10 +46,9 @@ class SkipStep:
 
     def outlier(self, kind: str, value: float) -> bool:
         history = self.history[kind]
-        out = False
-        if len(history) + 1 >= max(20, WINDOW // 2):
-            std = statistics.stdev(history)
-            out = abs(value - statistics.fmean(history)) > self.sigma * std
+        out = (
+            len(history) + 1 >= max(20, WINDOW // 2) and z_score(value, list(history)) > self.sigma
+        )
         history.append(value)
         return out
 

@@ -191,13 +191,13 @@ class Saturation(ForwardMeasure):
     """The share of DyT / Derf elements and soft-capped logits in saturation."""
 
     def attach(self, model):
-        self.counts: dict[str, list] = {}
+        self.counts: dict[str, list] = {}  # name -> [saturated count tensors, elements]
         self.cap = getattr(getattr(model, "cfg", None), "logit_softcap", None)
 
         def count(name: str, hit: torch.Tensor, total: int) -> None:
-            hits, totals = self.counts.setdefault(name, [[], 0])
-            hits.append(hit)
-            self.counts[name][1] = totals + total
+            entry = self.counts.setdefault(name, [[], 0])
+            entry[0].append(hit)
+            entry[1] += total
 
         def norm_hook(name: str):
             return lambda module, args: count(name, *saturated_share(module, args[0]))
