@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
-# normlab on one CUDA GPU in one command, about 8 minutes; every figure lands in OUT_DIR.
+# normlab on one CUDA GPU in one command; every figure lands in OUT_DIR.
 #
-#   scripts/gpu_check.sh OUT_DIR          # on a CUDA machine (OUT_DIR defaults to $OUT)
-#   scripts/gpu_check.sh --dry-run DIR    # every step at tiny sizes on the CPU (what CI runs)
+#   scripts/gpu_check.sh OUT_DIR              # on a CUDA machine (OUT_DIR defaults to $OUT)
+#   scripts/gpu_check.sh --only c,d OUT_DIR   # some steps (letters a-d): the rest of a cut check
+#   scripts/gpu_check.sh --dry-run DIR        # every step at tiny sizes on the CPU (what CI runs)
 #
-# Steps, most important first, each under its own timeout, so a cut run still returns the
-# numbers measured before the cut:
+# Steps, most important first, each under its own timeout and all under BUDGET seconds (default
+# 540: one 10-minute device call), so a cut run still returns the numbers measured before the
+# cut and a step the budget cannot reach is marked SKIPPED. All four took about 14 minutes on an
+# H200 (2026-12-04): run a,b in one call and c,d in the next.
 #   a. bench_gpt.json       python -m scripts.bench --device cuda --only gpt: GPT-2 small (124M,
 #                           context 1024, bf16, torch.compile, fused AdamW), normlab's GPT vs the
 #                           plain GPT vs HF GPT-2: tok/s, MFU (of 989 TFLOP/s), peak memory
 #      bench_variants.json  the same size for norm=rmsnorm, placement=deepnorm, model.qk_norm=true
 #   b. train.py trainer=gpu for the default job and model=vit (logger=csv): they run, throughput
-#   c. sweep.json           the league's GPU-size run shape as 1, 4 and 8 runs at once on the
-#                           one device: runs per hour and per-run slowdown
+#   c. sweep.json           the league's GPU-size run shape (300 steps) as 1, 4 and 8 runs at
+#                           once on the one device: runs per hour and per-run slowdown
 #   d. f3.json              a short GPU-size F3: d=256, depths 6 and 24, post / pre / deepnorm,
-#                           all six runs at once
+#                           all six runs at once (1000 steps)
 # gpu_check.md collects the tables, gpu_check.log every step's output (8 files in all).
 #
 # The GPU machine needs neither wandb nor datasets (logger=csv, the embedded data; text is
 # tokenized without datasets when it is missing). It lacks hydra-core, omegaconf and the ANTLR
-# runtime; carry these wheels (about 1 MiB) in .whl/ and this script installs them first:
+# runtime; carry these wheels (about 1 MiB; .whl/ is git-ignored, so send it along by name) in
+# .whl/ and this script installs them first:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp -d .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
-# Environment: PYTHON (default: the project's .venv/bin/python when `make setup` made one, else
-# python3; it must import torch), WORK (run dirs; default a new temp dir).
+#     --implementation cp -d .whl hydra-core==1.3.8 omegaconf==2.3.1
+#   python3 -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3   # no wheel on PyPI
+# Environment: BUDGET (seconds for the whole check, default 540), PYTHON (default: the project's
+# .venv/bin/python when `make setup` made one, else python3; it must import torch), WORK (run
+# dirs; default a new temp dir).
 # A step that fails is marked FAILED in gpu_check.md and its file renamed NAME.failed.json: no
 # table is drawn from it, so a failed step never reads as a measurement.
 set -uo pipefail
@@ -31,10 +37,17 @@ cd "$(dirname "$0")/.."
 
 dry=0
 out_dir=${OUT:-}
-for arg in "$@"; do
+only=a,b,c,d
+while [ $# -gt 0 ]; do
+  arg=$1
+  shift
   case $arg in
     --dry-run) dry=1 ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    --only)
+      only=${1:-}
+      shift
+      [[ $only =~ ^[a-d](,[a-d])*$ ]] || { echo "error: --only takes step letters a-d, e.g. --only c,d" >&2; exit 2; } ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $arg; use --dry-run or -h" >&2; exit 2 ;;
     *) out_dir=$arg ;;
   esac
@@ -54,15 +67,15 @@ log=$out_dir/gpu_check.log
 md=$out_dir/gpu_check.md
 export WANDB_MODE=offline HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
 
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "error: $py cannot import torch; run make setup (it makes .venv, found by this script) or set PYTHON to a Python with torch>=2.4" >&2
+  exit 2
+fi
+
 if ! "$py" -c "import hydra, omegaconf" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/normlab-site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/normlab-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-
-if ! "$py" -c "import torch" 2>/dev/null; then
-  echo "error: $py cannot import torch; run make setup (it makes .venv, found by this script) or set PYTHON to a Python with torch>=2.4" >&2
-  exit 2
 fi
 
 if [ "$dry" = 1 ]; then  # tiny sizes on the CPU: the script, its arguments and its files
@@ -76,23 +89,27 @@ if [ "$dry" = 1 ]; then  # tiny sizes on the CPU: the script, its arguments and 
     model.block_size=16 data.batch_size=4 optim.warmup_steps=1)
   depths=1
   limits=(300 300 120 180 180)
+  BUDGET=${BUDGET:-1200}
 else
   "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "error: no CUDA device here; run scripts/gpu_check.sh --dry-run DIR on a CPU" >&2
     exit 2
   }
-  bench=(--device cuda)
+  bench=(--device cuda --reps 3)
   run=(trainer=gpu)
   jobs=1,4,8
   # The league's GPU-size run shape (conf/experiment/placements_depth_gpu.yaml) on pydocs.
   sweep=(trainer=gpu model.n_layer=6 model.n_embd=512 model.n_head=8 model.block_size=256
-    data.batch_size=64 trainer.max_steps=500 trainer.val_check_interval=250 optim.warmup_steps=50)
+    data.batch_size=64 trainer.max_steps=300 trainer.val_check_interval=150 optim.warmup_steps=50)
   f3=(trainer=gpu model.n_embd=256 model.n_head=4 model.block_size=256 data.batch_size=64
-    trainer.max_steps=1500 optim.warmup_steps=300 optim.lr=5e-4 trainer.val_check_interval=500
+    trainer.max_steps=1000 optim.warmup_steps=200 optim.lr=5e-4 trainer.val_check_interval=500
     model.qk_norm=false optim.schedule=cosine)
   depths=6,24
-  limits=(200 120 150 150 150)
+  # Measured on an H200 (2026-12-04): gpt 152 s (7 rounds), variants 182 s (3 rounds), each
+  # train.py 35 s, 1 and 4 runs at once 48 s and 70 s at 500 steps.
+  limits=(180 200 70 200 200)
 fi
+deadline=$(($(date +%s) + ${BUDGET:-540}))
 
 failed=0
 step() {  # step NAME SECONDS FILE COMMAND...: run it under its timeout, log it, note the outcome;
@@ -101,6 +118,13 @@ step() {  # step NAME SECONDS FILE COMMAND...: run it under its timeout, log it,
   shift 3
   [ "$file" = - ] || rm -f "$file" "${file%.json}.failed.json"
   began=$(date +%s)
+  local left=$((deadline - began - 5))
+  if [ $left -lt 20 ]; then
+    failed=1
+    echo "- $name: SKIPPED, the budget is spent; run it with --only ${name%%.*}" | tee -a "$md"
+    return 1
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
   echo "== $name (timeout ${limit} s): $*" | tee -a "$log"
   timeout -k 20 "$limit" "$@" >>"$log" 2>&1
   rc=$?
@@ -137,7 +161,9 @@ PY
   echo
 } >"$md" 2>>"$log"
 
-for part in gpt variants; do
+want() { [[ ,$only, == *,$1,* ]]; }
+
+want a && for part in gpt variants; do
   file=$out_dir/bench_$part.json
   limit=${limits[0]}
   [ $part = variants ] && limit=${limits[1]}
@@ -145,20 +171,20 @@ for part in gpt variants; do
     --out "$file" && bench_table "$file"
 done
 
-for model in gpt vit; do
+want b && for model in gpt vit; do
   step "b. train.py model=$model" "${limits[2]}" - "$py" train.py "model=$model" "${run[@]}" \
     logger=csv "hydra.run.dir=$work/$model" && "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('  ', {k: s.get(k) for k in ('status','steps','final_val_loss','final_val_acc','tokens_per_s','samples_per_s','wall_s')})" \
       "$work/$model/summary.json" >>"$md"
 done
 
-step "c. sweep throughput" "${limits[3]}" "$out_dir/sweep.json" "$py" -m scripts.bench.concurrent \
+want c && step "c. sweep throughput" "${limits[3]}" "$out_dir/sweep.json" "$py" -m scripts.bench.concurrent \
   --jobs "$jobs" --out "$out_dir/sweep.json" --work "$work/sweep" -- logger=csv "${sweep[@]}" \
   && "$py" -c "
 import json, sys
 from scripts.bench.concurrent import markdown
 print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/sweep.json" >>"$md"
 
-step "d. short F3" "${limits[4]}" "$out_dir/f3.json" "$py" -m scripts.bench.concurrent \
+want d && step "d. short F3" "${limits[4]}" "$out_dir/f3.json" "$py" -m scripts.bench.concurrent \
   --grid placement=post,pre,deepnorm --grid "model.n_layer=$depths" \
   --out "$out_dir/f3.json" --work "$work/f3" -- logger=csv "${f3[@]}" && "$py" -c "
 import json, sys

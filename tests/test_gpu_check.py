@@ -171,3 +171,20 @@ def test_a_python_without_torch_is_refused_in_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "cannot import torch" in done.stderr
     assert "make setup" in done.stderr
+
+
+def test_only_picks_steps_and_a_spent_budget_skips_them(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "BUDGET": "10", "WORK": str(tmp_path / "w")}
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--dry-run", "--only", "c,d", str(tmp_path / "out")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    md = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "- c. sweep throughput: SKIPPED" in md and "--only d" in md
+    assert "bench" not in md and "train.py" not in md  # steps a and b were not asked for
+    bad = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--only", "e", str(tmp_path / "o2")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "letters a-d" in bad.stderr
