@@ -204,6 +204,7 @@ def markdown(report: dict[str, Any]) -> str:
         markdown_table(report),
         "",
         *lr_sweep.markdown(report.get("lr_sweep", [])),
+        *lr_sweep.transfer_markdown(report.get("lr_sweep", [])),
     ]
     if report.get("cards"):
         inline = len(report["cards"]) <= CARDS_INLINE
@@ -308,8 +309,9 @@ def write_report(
             report["plots"] = drawn  # nothing they draw from changed: not drawn again
         elif plots:
             report["plots"] = write_plots(variants, fields, found, out_dir, logy)
-            if name := lr_sweep.plot(report["lr_sweep"], out_dir):
-                report["plots"].append(name)
+            for draw in (lr_sweep.plot, lr_sweep.plot_transfer):
+                if name := draw(report["lr_sweep"], out_dir):
+                    report["plots"].append(name)
             (out_dir / PLOTS_KEY).write_text(key + "\n")
         else:  # this report lists no figures: the next one draws them
             (out_dir / PLOTS_KEY).unlink(missing_ok=True)

@@ -40,6 +40,7 @@ CANONICAL: dict[str, tuple[str, ...]] = {
     "model": ("model.name",),
     "placement": ("placement.name",),
     "norm": ("norm.name",),
+    "param": ("param.name",),
     "n_layer": ("model.n_layer",),
     "n_embd": ("model.n_embd",),
     "lr": ("optim.lr",),

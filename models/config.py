@@ -27,6 +27,9 @@ ATTN_GATES = (None, "headwise", "elementwise")
 # Where a model's positions come from: "learned", a position table added to the embeddings;
 # "rope", rotary positions in every attention (Su et al. 2021), no table (GPT only).
 POSITIONS = ("learned", "rope")
+# Parametrizations (models/param.py): how init, multipliers and per-parameter learning rates
+# scale with width and depth; "sp" changes nothing.
+PARAMETRIZATIONS = ("sp", "mup", "completep")
 # A simulated low-precision forward (models/layers.py simulate_precision): every linear layer's
 # and every block's output rounded to that format; None: off.
 SIM_DTYPES = (None, "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
@@ -74,6 +77,64 @@ class NormConfig:
         return {k: v for k, v in self.__dict__.items() if k not in ("name", "eps")}
 
 
+@dataclass(kw_only=True)
+class ParamConfig:
+    """The parametrization group (models/param.py has the rules and their sources): muP and
+    CompleteP are written relative to a base shape at which they equal SP exactly, with the
+    width multiplier m_N = n_embd / base_width and the depth multiplier m_L = n_layer /
+    base_depth. None: the model's own width or depth (a multiplier of 1)."""
+
+    name: str = "sp"
+    base_width: int | None = None  # mup, completep: the width the learning rate was tuned at
+    base_depth: int | None = None  # completep: the depth the learning rate was tuned at
+    alpha: float = 1.0  # completep: the branch multiplier m_L^-alpha; 1 CompleteP, 0.5 depth-muP
+
+    def __post_init__(self) -> None:
+        if self.name not in PARAMETRIZATIONS:
+            raise ValueError(f"param={self.name!r}: choose one of {', '.join(PARAMETRIZATIONS)}")
+        for key in ("base_width", "base_depth"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"param.{key} must be a positive integer or null, got {value!r}")
+        if not 0.5 <= self.alpha <= 1.0:
+            raise ValueError(
+                f"param.alpha={self.alpha}: CompleteP's branch exponent lies in [0.5, 1] "
+                "(1: CompleteP, 0.5: depth-muP)"
+            )
+
+    @property
+    def scales_width(self) -> bool:
+        return self.name in ("mup", "completep")
+
+    @property
+    def scales_depth(self) -> bool:
+        return self.name == "completep"
+
+    def width_mult(self, n_embd: int) -> float:
+        """m_N: 1 under SP or without a base width."""
+        return n_embd / self.base_width if self.scales_width and self.base_width else 1.0
+
+    def depth_mult(self, n_layer: int) -> float:
+        """m_L: 1 but under CompleteP with a base depth."""
+        return n_layer / self.base_depth if self.scales_depth and self.base_depth else 1.0
+
+    def attn_scale(self, n_embd: int, n_head: int) -> float | None:
+        """The attention logits' scale: None (SP's 1 / sqrt(d_h)) or muP's sqrt(b_h) / d_h,
+        b_h the head size at the base width: 1 / d_h in width, SP's at the base."""
+        if not self.scales_width:
+            return None
+        base_head = (self.base_width or n_embd) / n_head
+        return base_head**0.5 / (n_embd / n_head)
+
+    def output_mult(self, n_embd: int) -> float:
+        """The multiplier on the output logits: 1 / m_N."""
+        return 1.0 / self.width_mult(n_embd)
+
+    def branch_mult(self, n_layer: int) -> float:
+        """The multiplier on each residual branch: m_L^-alpha."""
+        return self.depth_mult(n_layer) ** -self.alpha
+
+
 def group_config(cls: type, value: Any) -> Any:
     """A group's sub-config from itself, its name alone, or its fields as a dict."""
     if isinstance(value, cls):
@@ -94,6 +155,7 @@ class BlockConfig:
     bias: bool = True
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     norm: NormConfig = field(default_factory=NormConfig)
+    param: ParamConfig = field(default_factory=ParamConfig)
     init: str = "xavier"
     mlp_ratio: int = 4
     qk_norm: bool = False  # normalize each head's q and k (Wortsman et al. 2023)
@@ -122,6 +184,7 @@ class BlockConfig:
     def __post_init__(self) -> None:
         self.placement = group_config(PlacementConfig, self.placement)
         self.norm = group_config(NormConfig, self.norm)
+        self.param = group_config(ParamConfig, self.param)
         if self.pos not in POSITIONS:
             raise ValueError(f"model.pos={self.pos!r}: choose one of {', '.join(POSITIONS)}")
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2:
@@ -159,6 +222,7 @@ class BlockConfig:
             cap = getattr(self, name)
             if cap is not None and not cap > 0:
                 raise ValueError(f"model.{name} must be > 0 or null (off), got {cap}")
+        self.check_param()
         if self.norm.eps <= 0:
             raise ValueError(f"norm.eps must be > 0, got {self.norm.eps}")
         fraction = self.placement.mix_fraction
@@ -173,6 +237,22 @@ class BlockConfig:
 
     def check_model(self) -> None:
         """The model's own checks, after its integers and before the stack's other fields."""
+
+    def check_param(self) -> None:
+        """A parametrization this stack can take (models/param.py says why nGPT cannot)."""
+        param = self.param
+        if param.name == "sp":
+            return
+        if self.placement.name == "ngpt":
+            raise ValueError(
+                f"param={param.name} with placement=ngpt: nGPT keeps its weights on the unit "
+                "sphere and scales them with its own eigen learning rates; use param=sp"
+            )
+        if param.base_width is not None and param.base_width % self.n_head:
+            raise ValueError(
+                f"param.base_width={param.base_width} is not divisible by model.n_head="
+                f"{self.n_head}; pick a base width that is a multiple of n_head"
+            )
 
 
 @dataclass(kw_only=True)

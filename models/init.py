@@ -36,6 +36,20 @@ def gpt2_normal(weight: torch.Tensor, n_layer: int, residual_out: bool) -> None:
     nn.init.normal_(weight, mean=0.0, std=std)
 
 
+# Each base draw's variance for a Linear weight of shape (fan_out, fan_in), up to factors that
+# do not depend on the shape (GPT-2's 1 / (2 n_layer), the gains): what models/param.py reads to
+# give a weight the variance its scheme gives it at another shape.
+VARIANCES = {
+    "xavier_normal": lambda fan_out, fan_in: 2.0 / (fan_in + fan_out),
+    "gpt2_normal": lambda fan_out, fan_in: EMBED_STD**2,
+}
+
+
+def init_variance(scheme: str, shape: tuple[int, int]) -> float:
+    """The variance the scheme's base draw gives a Linear weight of this shape (see VARIANCES)."""
+    return VARIANCES[INITS[scheme].base](*shape)
+
+
 @torch.no_grad()
 def init_weights(model: nn.Module, scheme: str, n_layer: int, beta: float = 1.0) -> None:
     """Initialize `model` (a GPT or ViT exposing `.blocks`) with `scheme`, then apply beta."""

@@ -226,6 +226,21 @@ class ScaledNorm(nn.Module):
         return f"scale={self.scale:.4g}"
 
 
+class Scaled(nn.Module):
+    """Any other module whose output is multiplied by a constant (its state under ``inner``):
+    CompleteP's branch multiplier, muP's output multiplier (models/param.py)."""
+
+    def __init__(self, inner: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.inner, self.scale = inner, scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:.4g}"
+
+
 class ScaledResidual(nn.Module):
     """branch + alpha * x, alpha a constant: 1, DeepNorm's (2N)^(1/4), or B2T's weight s of the
     block input x0 added to the MLP branch (Takase et al. 2023)."""
@@ -288,9 +303,11 @@ class Block(nn.Module):
     Mix-LN: the model gives its first layers Post-LN records and the rest Pre-LN records.
 
     A slot holds nn.Identity(), a norm (scaled for LNS) or a Gate, and s is 0 but for B2T, so
-    forward has no placement branches. The norm config's options (alpha for dyt, groups
-    for groupnorm) reach every norm; `qk_norm` (or the placement's QKV-norm) adds the per-head norm
-    named by the norm's registry entry. `layer` is the block's depth l, 1-based.
+    forward has no placement branches. Under param=completep each BranchOut is times m_L^-alpha,
+    and under muP or CompleteP the attention logits are scaled by 1/d_h (models/param.py). The
+    norm config's options (alpha for dyt, groups for groupnorm) reach every norm; `qk_norm` (or
+    the placement's QKV-norm) adds the per-head norm named by the norm's registry entry.
+    `layer` is the block's depth l, 1-based.
     """
 
     def __init__(
@@ -333,6 +350,7 @@ class Block(nn.Module):
             rope=cfg.pos == "rope",
             softcap=cfg.attn_softcap,
             gate=cfg.attn_gate,
+            softmax_scale=cfg.param.attn_scale(d, cfg.n_head),  # muP's 1 / d_h; None: SP's
         )
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)
@@ -346,6 +364,10 @@ class Block(nn.Module):
             isinstance(m, Gate) for m in (self.attn_branch_out, self.mlp_branch_out)
         ):  # ReZero: one gate a for both sub-layers of the layer
             self.mlp_branch_out = self.attn_branch_out
+        branch = cfg.param.branch_mult(cfg.n_layer)  # CompleteP's m_L^-alpha (models/param.py)
+        if branch != 1.0:
+            self.attn_branch_out = Scaled(self.attn_branch_out, branch)
+            self.mlp_branch_out = Scaled(self.mlp_branch_out, branch)
         self.attn_residual = RESIDUALS[placement.residual](alpha, d)
         self.mlp_residual = RESIDUALS[placement.residual](alpha, d)
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import layers, ngpt
+from models import layers, ngpt, param
 from models.config import BlockConfig
 from models.init import apply_weight_norm, init_weights
 from models.layers import OmegaResidual
@@ -59,13 +59,18 @@ class Stack(nn.Module):
         self.blocks = block_kind.build(cfg, placement, self.alpha)
         self.final_norm = cfg.norm.build(cfg.n_embd) if placement.final_norm else nn.Identity()
         self.logit_scale = block_kind.logit_scale(n_out, cfg.n_embd)
+        output_mult = cfg.param.output_mult(cfg.n_embd)  # muP's 1 / m_N (models/param.py)
+        if output_mult != 1.0:
+            self.logit_scale = layers.Scaled(self.logit_scale, output_mult)
         if cfg.sim_dtype is not None:
             layers.simulate_precision(self.blocks, cfg.sim_dtype)
 
     def init_stack(self, cfg: BlockConfig) -> None:
-        """Initialize every weight (models/init.py), then weight-normalize if asked: after
-        init, so the effective weights are the initialized ones."""
+        """Initialize every weight (models/init.py), rescale it to the parametrization's and
+        keep each parameter's optimizer scales (models/param.py), then weight-normalize if
+        asked: last, so the effective weights are the initialized ones."""
         init_weights(self, cfg.init, cfg.n_layer, self.beta)
+        self.param_scales = param.apply(self)
         if cfg.weight_norm:
             apply_weight_norm(self)
 
@@ -75,6 +80,8 @@ class Stack(nn.Module):
         omegas (mean, min and max over sub-layers and features, as they are now: profiled at init,
         then learned) where there are any."""
         out = {"alpha": float(self.alpha), "beta": float(self.beta)}
+        if self.cfg.param.name != "sp":
+            out.update(param.describe(self.cfg))
         omegas = [m.omega.detach().flatten() for m in self.modules() if hasattr(m, "omega")]
         if omegas:
             flat = torch.cat(omegas).float()

@@ -46,6 +46,7 @@ ROOT: dict[str, Key] = {
     "model": Key("group"),
     "placement": Key("group"),
     "norm": Key("group"),
+    "param": Key("group"),
     "optim": Key("group"),
     "trainer": Key("group", operational=TRAINER_OPERATIONAL),
     "logger": Key("group", operational=True),

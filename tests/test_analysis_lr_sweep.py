@@ -179,3 +179,40 @@ def test_sensitivity_is_taken_over_the_rates_every_variant_ran() -> None:
     lr_sweep.on_common_grid([a, widened, one_rate])
     assert one_rate["lr_sensitivity"] is None
     assert a["lr_sensitivity"] == pytest.approx((0.2 + 0 + 0.4 + 1.2) / 4)
+
+
+def test_a_sweep_over_widths_tabulates_and_plots_the_best_lr_per_width(tmp_path):
+    """A transfer study (param x n_embd x lr): each parametrization's best lr at each width,
+    flat where the rate transfers; here SP's moves down a step per doubling, muP's stays."""
+    best = {("sp", 32): 1e-2, ("sp", 64): 3e-3, ("sp", 128): 1e-3}
+    best |= {("mup", w): 3e-3 for w in (32, 64, 128)}
+    lrs = (1e-3, 3e-3, 1e-2)
+    root = tmp_path / "sweep"
+    for (param, width), at in best.items():
+        for lr in lrs:
+            for seed in (0, 1):
+                run = root / f"lr={lr},n_embd={width},param={param},seed={seed}"
+                (run / ".hydra").mkdir(parents=True)
+                (run / ".hydra/config.yaml").write_text(
+                    f"seed: {seed}\nmodel: {{name: gpt, n_layer: 2, n_embd: {width}}}\n"
+                    f"placement: {{name: pre}}\nnorm: {{name: layernorm}}\n"
+                    f"param: {{name: {param}}}\noptim: {{lr: {lr}}}\n"
+                )
+                (run / "metrics.csv").write_text(f"step,train/loss\n0,{L0}\n1,{L0 - 0.5}\n")
+                loss = 2.0 + (0 if lr == at else 0.3) + 0.01 * seed
+                summary = {"status": "completed", "model": "gpt", "lr": lr, "n_layer": 2,
+                           "n_embd": width, "seed": seed, "final_val_loss": loss}  # fmt: skip
+                (run / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "report"
+    assert compare.main([str(root), "--out", str(out), "--no-wandb"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    from analysis import lr_sweep
+
+    rows = {r["label"]: r["points"] for r in lr_sweep.transfer(report["lr_sweep"])}
+    assert rows["param=sp"] == [(32, 1e-2, True), (64, 3e-3, False), (128, 1e-3, True)]
+    assert [p[1] for p in rows["param=mup"]] == [3e-3, 3e-3, 3e-3]
+    md = (out / "report.md").read_text()
+    assert "| variant | width 32 | width 64 | width 128 |" in md
+    assert "| param=sp | 0.01* | 0.003 | 0.001* |" in md
+    assert "| param=mup | 0.003 | 0.003 | 0.003 |" in md
+    assert "lr_transfer.png" in report["plots"] and (out / "lr_transfer.png").stat().st_size > 5000

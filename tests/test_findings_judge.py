@@ -287,3 +287,32 @@ def test_curve_statistics_per_seed_by_hand() -> None:
 
 
 QK = "model.qk_norm"
+
+
+def test_log_best_lr_is_the_parabolas_vertex_between_grid_points() -> None:
+    """F14's statistic by hand: losses (x - x*)^2 + 2 at x = log10(lr) put the vertex at x*;
+    a best rate at the grid's edge reads as the edge; two seeds' shifts compared by Welch."""
+    from analysis.findings.estimands import log_best_lr
+
+    def curve(x_star: float) -> dict[float, float]:
+        return {10.0**x: (x - x_star) ** 2 + 2 for x in (-3, -2.5, -2, -1.5, -1)}
+
+    assert log_best_lr(curve(-1.7)) == pytest.approx(-1.7)
+    assert log_best_lr(curve(-2.2)) == pytest.approx(-2.2)
+    assert log_best_lr(curve(-4.0)) == -3  # the edge: the true best may lie outside
+    assert log_best_lr({1e-3: 2.0, 1e-2: 2.0, 1e-1: 2.0}) == pytest.approx(-3)  # first of ties
+
+    def arm(width: int, stars: list[float]) -> list[dict]:
+        return [
+            {"arm": {"n_embd": width, "lr": lr}, "seed": seed, "outcome": "trained",
+             "values": {"final_val_loss": loss, "first_train_loss": 9.0}}
+            for seed, star in enumerate(stars) for lr, loss in curve(star).items()
+        ]  # fmt: skip
+
+    narrow, wide = arm(32, [-1.9, -2.1]), arm(128, [-2.45, -2.55])
+    part = Part("curve", ({"n_embd": 32}, {"n_embd": 128}), 0.25, "above", stat="log_best_lr",
+                measure="final_val_loss")  # fmt: skip
+    e = only(judge_claim(claim(part, lr="curve"), table(narrow, wide)))
+    ref = sp.ttest_ind([-1.9, -2.1], [-2.45, -2.55], equal_var=False).confidence_interval(0.95)
+    assert e["effect"] == pytest.approx(0.5)
+    assert (e["lo"], e["hi"]) == pytest.approx((ref.low, ref.high), rel=1e-5)

@@ -66,7 +66,7 @@ def command_key(field: str) -> str:
     """The command-line key of a flattened model config field: placement.name -> placement,
     norm.eps stays, n_layer -> model.n_layer."""
     group, _, option = field.partition(".")
-    if group in ("placement", "norm"):
+    if group in ("placement", "norm", "param"):
         return group if option == "name" else field
     return f"model.{field}"
 

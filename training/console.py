@@ -39,6 +39,10 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
     start = f", resuming at step {resumed}" if resumed else ""
     cfg = model.cfg
     qk = " +qk-norm" if cfg.qk_norm else ""  # said: it changes what "pre" or "post" trains
+    p = cfg.param
+    if p.name != "sp":  # the parametrization and its multipliers (models/param.py)
+        qk += f" {p.name} m_N={p.width_mult(cfg.n_embd):g}"
+        qk += f" m_L={p.depth_mult(cfg.n_layer):g}" if p.scales_depth else ""
     threads = torch.get_num_threads()
     return (
         f"{run.name}: {run.model_name} {cfg.placement.name}/{cfg.norm.name}{qk} "

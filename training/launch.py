@@ -133,7 +133,7 @@ def root_keys() -> set[str]:
 
 
 # Groups whose options are flat settings (logger composes its options from others).
-CHECKED_GROUPS = ("model", "data", "optim", "placement", "norm", "trainer")
+CHECKED_GROUPS = ("model", "data", "optim", "placement", "norm", "param", "trainer")
 
 
 def option_keys(group: str, option: str, conf: Path = CONF) -> set[str]:
@@ -155,7 +155,7 @@ def group_keys(group: str, conf: Path = CONF) -> set[str]:
 
 # Groups whose options each define their own settings (no option inherits another's), so a key
 # one option lacks is an error there: placement.alpha with placement=pre.
-OPTION_GROUPS = ("model", "placement", "norm", "optim")
+OPTION_GROUPS = ("model", "placement", "norm", "param", "optim")
 
 
 def chosen_options(group: str, args: Sequence[str], conf: Path = CONF) -> list[str]:

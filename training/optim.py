@@ -40,15 +40,37 @@ def run_closure(closure: Callable[[], torch.Tensor] | None) -> torch.Tensor | No
         return closure()
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices and embeddings (>=2-D); leave biases and norm gains (1-D) alone."""
-    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+def param_groups(model: nn.Module, cfg: OptimConfig, adam_eps: bool = False) -> list[dict]:
+    """Decay matrices and embeddings (>=2-D) by ``cfg.decay_per_lr``; leave biases and norm
+    gains (1-D) alone. Under muP or CompleteP (``model.param_scales``, models/param.py) each of
+    the two is split by its parameters' multipliers: the group's lr (the schedule's LambdaLR
+    multiplies it), its weight decay and, for an Adam-type optimizer (``adam_eps``), its eps;
+    ``lr_scale`` records the lr multiplier."""
+    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    decay = [(n, p) for n, p in params if p.ndim >= 2]  # tied weights appear once
+    no_decay = [(n, p) for n, p in params if p.ndim < 2]
+    scales = getattr(model, "param_scales", None) or {}
+    if all(s.lr == s.weight_decay == s.eps == 1.0 for s in scales.values()):
+        return [
+            {"params": [p for _, p in decay], "weight_decay": cfg.decay_per_lr},
+            {"params": [p for _, p in no_decay], "weight_decay": 0.0},
+        ]
+    groups: dict[tuple, dict] = {}
+    for decays, members in ((True, decay), (False, no_decay)):
+        for name, p in members:
+            s = scales[name]
+            key = (decays, s.lr, s.weight_decay, s.eps)
+            if key not in groups:
+                groups[key] = {
+                    "params": [],
+                    "lr": cfg.lr * s.lr,
+                    "lr_scale": s.lr,
+                    "weight_decay": cfg.decay_per_lr * s.weight_decay if decays else 0.0,
+                }
+                if adam_eps:
+                    groups[key]["eps"] = cfg.eps * s.eps
+            groups[key]["params"].append(p)
+    return list(groups.values())
 
 
 def adamw(groups: list[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -65,20 +87,20 @@ def adamw(groups: list[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
 
 def build_adamw(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     """AdamW with ``param_groups``' decay split (Loshchilov & Hutter 2019)."""
-    return adamw(param_groups(model, cfg.decay_per_lr), cfg)
+    return adamw(param_groups(model, cfg, adam_eps=True), cfg)
 
 
 def build_sgd(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     """SGD with (heavy-ball or Nesterov) momentum; its weight decay is torch's: an L2 term in
     the gradient, so it passes through the momentum."""
-    groups = param_groups(model, cfg.decay_per_lr)
+    groups = param_groups(model, cfg)
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
 
 
 def build_adafactor(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     """Adafactor (Shazeer & Stern 2018) as torch implements it: factored second moments, no
     first moment, relative step off (the schedule gives the lr); weight decay lr x wd."""
-    return torch.optim.Adafactor(param_groups(model, cfg.decay_per_lr), lr=cfg.lr)
+    return torch.optim.Adafactor(param_groups(model, cfg), lr=cfg.lr)
 
 
 class AdamAtan2(torch.optim.Optimizer):
@@ -124,7 +146,7 @@ class AdamAtan2(torch.optim.Optimizer):
 
 def build_adam_atan2(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     """Adam-atan2 with ``param_groups``' decay split."""
-    return AdamAtan2(param_groups(model, cfg.decay_per_lr), lr=cfg.lr, betas=cfg.betas)
+    return AdamAtan2(param_groups(model, cfg), lr=cfg.lr, betas=cfg.betas)
 
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
@@ -157,7 +179,7 @@ def build_muon(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
             "params": [p for p in g["params"] if id(p) not in chosen],
             "weight_decay": g["weight_decay"],
         }
-        for g in param_groups(model, cfg.decay_per_lr)
+        for g in param_groups(model, cfg)
     ]
     muon = torch.optim.Muon(
         matrices,

@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from data.config import ImageDataConfig, TextDataConfig
-from models.config import GPTConfig, NormConfig, PlacementConfig, ViTConfig
+from models.config import GPTConfig, NormConfig, ParamConfig, PlacementConfig, ViTConfig
 from runs.checks import node_to, type_ok
 from runs.errors import ConfigError
 from runs.schema import check_top_level
@@ -46,7 +46,11 @@ from training.sections import (
 from training.specs import MODELS, ModelSpec
 
 # Model config fields set by a group of their own, with where a user sets each.
-OWNED = {"placement": "placement={value}", "norm": "norm={value}"}
+OWNED = {"placement": "placement={value}", "norm": "norm={value}", "param": "param={value}"}
+
+# The optimizers muP's and CompleteP's learning-rate rules are derived for (Adam-type: each
+# update normalized entrywise; Yang et al. 2022, Table 3).
+ADAM_TYPE = ("adamw", "adam_atan2", "adafactor")
 
 # The loggers built by name (training/loggers.py); any other entry of ``logger`` names its class.
 LOGGERS = ("csv", "wandb")
@@ -139,6 +143,12 @@ def read_tree(cfg: DictConfig) -> RunConfig:
     )
     placement = node_to(PlacementConfig, cfg.placement, "placement")
     norm = node_to(NormConfig, cfg.norm, "norm")
+    param = node_to(ParamConfig, cfg.get("param") or {}, "param")
+    if param.name != "sp" and cfg.optim.name not in ADAM_TYPE:
+        raise ConfigError(
+            f"param={param.name} scales Adam-type learning rates; optim={cfg.optim.name} would "
+            f"need other rules: use optim={' or optim='.join(ADAM_TYPE)}, or param=sp"
+        )
     return RunConfig(
         name=str(cfg.name),
         seed=cfg.seed,
@@ -146,7 +156,13 @@ def read_tree(cfg: DictConfig) -> RunConfig:
         spec=spec,
         data=node_to(spec.data_config, cfg.data, "data", drop=("kind", "batch_size")),
         batch_size=cfg.data.batch_size,
-        model=spec.config(**model, **spec.data_placeholders(model), placement=placement, norm=norm),
+        model=spec.config(
+            **model,
+            **spec.data_placeholders(model),
+            placement=placement,
+            norm=norm,
+            param=param,
+        ),
         init_from=cfg.model.get("init_from") or None,
         optim=read_optim(cfg.optim, warmup),
         probes=node_to(ProbeConfig, cfg.get("probes") or {}, "probes"),
@@ -223,6 +239,7 @@ def record_defaults() -> dict[str, Any]:
         ("model", (GPTConfig, ViTConfig)),
         ("placement", (PlacementConfig,)),
         ("norm", (NormConfig,)),
+        ("param", (ParamConfig,)),
         ("divergence", (DivergenceConfig,)),
     ):
         for cls in classes:

@@ -196,7 +196,8 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         # train/loss stays the cross-entropy; the z-loss term is trained on and logged apart.
         z_term = z_loss_term(logits, self.optim.z_loss) if self.optim.z_loss else None
         if self.logging_step() and self._step_units == self.count_units(batch):
-            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            group = self.trainer.optimizers[0].param_groups[0]
+            lr = group["lr"] / group.get("lr_scale", 1.0)  # optim.lr as scheduled (muP: unscaled)
             rows = {"train/loss": mean_loss, "lr": lr}
             if z_term is not None:
                 z = self.trainer.strategy.reduce(z_term.detach().clone(), reduce_op="mean")

@@ -93,11 +93,29 @@ def span_up(curve: dict[float, float], within: float) -> float:
     return lrs[j] / lrs[i]
 
 
+def log_best_lr(curve: dict[float, float]) -> float:
+    """log10 of the curve's loss-optimal lr, between grid points: the vertex of the parabola
+    through the best rate and its two neighbours in log10(lr), kept between those neighbours
+    (Yang et al. 2022 read the optimum off such curves); at the grid's edge, the edge rate."""
+    lrs = sorted(curve)
+    i = lrs.index(min(curve, key=curve.get))
+    x = [math.log10(lr) for lr in lrs]
+    if i in (0, len(lrs) - 1):
+        return x[i]
+    (x0, x1, x2), (y0, y1, y2) = x[i - 1 : i + 2], [curve[lr] for lr in lrs[i - 1 : i + 2]]
+    den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+    if den == 0:  # three equal losses: no curvature to place a vertex by
+        return x1
+    vertex = x1 - 0.5 * ((x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)) / den
+    return min(max(vertex, x0), x2)
+
+
 SPAN_WITHIN = 0.10  # "similar loss": within this of the curve's best (F13c)
 CURVE_STATS = {
     "sensitivity": sensitivity,  # Wortsman et al. 2023: E_lr[l(lr) - l*]
     "best": lambda curve: min(curve.values()),
     "span_up": lambda curve: span_up(curve, SPAN_WITHIN),
+    "log_best_lr": log_best_lr,  # F14: where the optimum sits, in decades of lr
 }
 
 

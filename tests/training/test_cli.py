@@ -125,7 +125,7 @@ def test_help_lists_the_groups_a_user_picks_from(compose_cfg):
 
     lines = dict(line.split(": ", 1) for line in help_groups().splitlines())
     groups = {"data", "experiment", "hparams_search", "logger", "model", "norm", "optim"}
-    assert set(lines) == groups | {"placement", "trainer"}
+    assert set(lines) == groups | {"param", "placement", "trainer"}
     assert lines["placement"].startswith("admin, b2t, deepnorm") and "size" not in lines
 
 
