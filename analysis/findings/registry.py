@@ -30,6 +30,9 @@ Margins, one value per word across the findings, on each measure's own scale:
     LONG_RUN = 1e4      steps: Wortsman et al.'s output-logit divergence comes late in ~1e5
     SINKS = 0.1         F18 "sinks emerge": one head in ten is a sink (Gu et al.'s epsilon 0.3)
     MASSIVE = 100       F18 "massive activations": Sun et al. see 1e3-1e4 x the median at scale
+    SHIFT = 0.25        F14 "the best lr moves": its log10 moves at least a quarter decade (half
+                        the grid's step; SP's theory for Adam's hidden rates: 0.6 for 4x width)
+    BAND = 0.25         F14 "the best lr stays": its log10 moves less than a quarter decade
 
 Seeds per arm (``seeds``): SEEDS for an interval claim, RATE_SEEDS for a rate, where a rate's
 exact interval of n out of n first clears MOST at n = 6; the pilots' power calculation that
@@ -49,6 +52,7 @@ UPDATE_RATIO, FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 2.0, 0.15, -0.3
 LOGIT_GROWTH, SENS_GAP, SPAN_UP, ACC_FACTOR = 10.0, 0.03, 10.0, 1.25
 RMS_GROWTH, NEAR_ONE, COS_DROP, GROWS, FLOOR, DRIFT, LONG_RUN = 1.2, 0.9, 0.01, 2.0, 0.1, 1.0, 1e4
 SINKS, MASSIVE = 0.1, 100.0
+SHIFT, BAND = 0.25, 0.25  # F14, decades of lr (the grid's step is 0.5)
 SEEDS, RATE_SEEDS = 5, 6  # the floors; a claim's own n: scripts/plan_seeds.py's table
 
 XIONG, LIU, WANG = "Xiong et al. 2020", "Liu et al. 2020", "Wang et al. 2022"
@@ -302,6 +306,41 @@ F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate wi
               "not tested here"),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
+YANG, DEY = "Yang et al. 2022", "Dey et al. 2025"
+TINY = "widths 32-128 and depths 2-8 for 300 steps; the papers' models reach 1-10B parameters"
+
+
+def size(param: str, placement: str = "pre", **shape: int) -> dict:
+    """An F14 arm: one parametrization and placement at one shape, its lr curve as one arm."""
+    return {"param": param, "placement": placement, **shape}
+
+
+def stays(cid: str, statement: str, source: str, small: dict, large: dict) -> Claim:
+    """F14's "the best lr transfers": the optimum moves less than BAND decades."""
+    return C(cid, statement, source, P("curve", (small, large), BAND, "within",
+             stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY)  # fmt: skip
+
+
+SHALLOW, DEEP = {"n_embd": 32, "n_layer": 2}, {"n_embd": 32, "n_layer": 8}
+F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across width (muP) and "
+              "depth (CompleteP), and which placements keep it", (
+    C("F14a", "Under SP the best learning rate falls as the model widens 4x", YANG,
+      P("curve", (size("sp", n_embd=32, n_layer=2), size("sp", n_embd=128, n_layer=2)), SHIFT,
+        "above", stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY),
+    stays("F14b", "Under muP the best learning rate stays as the model widens 4x", YANG,
+          size("mup", n_embd=32, n_layer=2), size("mup", n_embd=128, n_layer=2)),
+    stays("F14c", "Under CompleteP Pre-LN's best learning rate stays as it deepens 4x", DEY,
+          size("completep", **SHALLOW), size("completep", **DEEP)),
+    *(stays(f"F14d-{p}", f"Under CompleteP {name}'s best learning rate stays as it deepens 4x",
+            f"{DEY} (reported for Pre-LN only)", size("completep", p, **SHALLOW),
+            size("completep", p, **DEEP))
+      for p, name in (("post", "Post-LN"), ("sandwich", "Peri-LN"), ("deepnorm", "DeepNorm"),
+                      ("lns", "LNS"), ("mixln", "Mix-LN"))),
+    C("F14e", "Under SP Pre-LN's best learning rate moves as it deepens 4x", DEY,
+      P("curve", (size("sp", **SHALLOW), size("sp", **DEEP)), SHIFT, "above", stat="log_best_lr",
+        measure=LOSS), lr="curve", departs=TINY),
+), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
+
 GU, HE, MARIN = "Gu et al. 2025", "He et al. 2024", "Marin's 32B run (2025)"
 # Pre-LN with AdamW, no guard, fp32, plain embeddings: each arm changes one of these
 PLAIN = {"optim.name": "adamw", "optim.guards": [], "model.emb_norm": False,
@@ -357,6 +396,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
-    "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18,
+    "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

@@ -99,6 +99,22 @@ def test_a_gpu_trainer_without_a_gpu_is_one_line(tmp_path, tiny_run, compose_cfg
     assert not (tmp_path / "summary.json").exists()  # refused before the run dir was opened
 
 
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["param=mup", "optim=sgd"], r"param=mup scales Adam-type.*use optim=adamw"),
+        (["param=completep", "optim=muon"], r"param=completep scales Adam-type.*or param=sp"),
+        (["param=mup", "placement=ngpt"], r"nGPT keeps its weights on the unit sphere.*param=sp"),
+    ],
+)
+def test_a_parametrization_outside_its_rules_is_one_line(tmp_path, tiny_run, compose_cfg, args,
+                                                         line):  # fmt: skip
+    """The command line's check (train.py main, before torch loads and before the run dir)."""
+    with pytest.raises((ConfigError, ValueError), match=line) as err:
+        train.check_config(compose_cfg([*tiny_run, *args, f"run_dir={tmp_path}"]))
+    assert "\n" not in str(err.value)
+
+
 def test_a_run_prints_a_header_the_progress_and_a_final_line(tmp_path, tiny_run):
     """No Lightning banner, tips, model-summary table or wandb warnings: one header line, the
     progress (lines here: not a terminal) and the final line with wall time, speed and MFU."""
