@@ -66,6 +66,7 @@ NORMS: dict[str, NormSpec] = {
         "Derf", options=("alpha",), check=positive_alpha, qk="derf", paper="Chen et al. 2025"
     ),
     # A head's features are already one group, so qk-norm uses LayerNorm for GroupNorm.
+    "seednorm": NormSpec("SeeDNorm", qk="seednorm", paper="Cai et al. 2025"),
     "groupnorm": NormSpec(
         "GroupNorm", options=("groups",), check=groups_divide, paper="Wu & He 2018"
     ),

@@ -60,16 +60,25 @@ class NormConfig:
 
     name: str = "layernorm"
     eps: float = 1e-5
-    alpha: float = 0.5  # dyt: init of the tanh scale a (Zhu et al. 2025)
+    alpha: float = 0.5  # dyt, derf: init of the scale a (Zhu et al. 2025)
+    # dyt, derf: a's init in the norm before attention; null: alpha. Zhu et al. 2025 init the
+    # attention's input norm apart from the others in their LLaMA runs (0.8 and 0.2 at 7B)
+    alpha_attn: float | None = None
     groups: int = 8  # groupnorm: groups over n_embd, must divide it
 
-    def build(self, dim: int, name: str | None = None) -> nn.Module:
-        """This norm (or the registry's ``name``, e.g. its per-head norm) over ``dim`` features."""
-        return get_norm(name or self.name)(dim, self.eps, **self.options())
+    def build(self, dim: int, name: str | None = None, attn_input: bool = False) -> nn.Module:
+        """This norm (or the registry's ``name``, e.g. its per-head norm) over ``dim`` features;
+        ``attn_input``: the norm in front of the attention, which takes ``alpha_attn``."""
+        opts = self.options()
+        if attn_input and self.alpha_attn is not None:
+            opts["alpha"] = self.alpha_attn
+        return get_norm(name or self.name)(dim, self.eps, **opts)
 
     def check(self, dim: int) -> None:
         """Refuse a name or options this norm would refuse over ``dim`` features (torch-free)."""
         get_norm(self.name).check_options(dim, **self.options())
+        if self.alpha_attn is not None:
+            get_norm(self.name).check_options(dim, **{**self.options(), "alpha": self.alpha_attn})
 
     def options(self) -> dict[str, Any]:
         """Every option field; each norm takes the ones its NormSpec.options names (a new

@@ -326,9 +326,12 @@ class Block(nn.Module):
             )
         scale = placement.norm_scale(layer) if placement.norm_scale else None
 
-        def make_norm(dim: int) -> nn.Module:
-            norm = cfg.norm.build(dim)
+        def make_norm(dim: int, attn_input: bool = False) -> nn.Module:
+            norm = cfg.norm.build(dim, attn_input=attn_input)
             return norm if scale is None else ScaledNorm(norm, scale)
+
+        def make_attn_input_norm(dim: int) -> nn.Module:
+            return make_norm(dim, attn_input=True)
 
         def make_qk_norm(dim: int) -> nn.Module:
             return cfg.norm.build(dim, get_norm(cfg.norm.name).qk)
@@ -355,7 +358,8 @@ class Block(nn.Module):
         self.mlp = MLP(d, cfg.mlp_ratio, cfg.dropout, cfg.bias, cfg.activation)
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.attn_pre, self.attn_branch_out, self.attn_post = (
-            SLOTS[kind](make_norm, d) for kind in placement.attn_slots
+            SLOTS[kind](make_attn_input_norm if k == 0 else make_norm, d)
+            for k, kind in enumerate(placement.attn_slots)
         )
         self.mlp_pre, self.mlp_branch_out, self.mlp_post = (
             SLOTS[kind](make_norm, d) for kind in placement.mlp_slots

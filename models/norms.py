@@ -107,6 +107,31 @@ class Derf(nn.Module):
         return f"{self.weight.shape[0]}, alpha={self.alpha.item():.4g}"
 
 
+class SeeDNorm(nn.Module):
+    """Self-rescaled dynamic normalization (Cai et al. 2025, arXiv 2510.22777, Eq. 1):
+    y = (tanh(x . beta) * alpha + gamma) * x / RMS(x), RMS(x) = sqrt(mean(x^2) + eps).
+
+    beta, alpha and gamma are per-feature vectors; x . beta is one scalar per token, so the gain
+    depends on the input and the input's norm reaches the output. beta starts at 0, so at
+    initialization SeeDNorm is RMSNorm (gamma 1); alpha starts at 1. The paper's multi-head
+    variant (x . beta per group of features) is not built.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))  # gamma
+        self.alpha = nn.Parameter(torch.ones(dim))
+        self.beta = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.tanh(x @ self.beta.to(x.dtype)).unsqueeze(-1) * self.alpha + self.weight
+        return F.rms_norm(x, (x.shape[-1],), eps=self.eps) * scale
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
 class GroupNorm(nn.Module):
     """GroupNorm (Wu & He 2018) over one token's features: the dim features split into `groups`
     contiguous groups, each normalized by its own mean and biased variance, then a per-feature

@@ -65,7 +65,7 @@ def test_forward_backward_finite_with_options(model_name, placement, norm):
 def norm_params(norm: str, d: int) -> int:
     two = 2 * d  # gain and shift
     return {"layernorm": two, "rmsnorm": d, "dyt": two + 1, "derf": two + 2, "groupnorm": two,
-            "batchnorm": two,
+            "batchnorm": two, "seednorm": 3 * d,
             "instancenorm": two, "none": 0}[norm]  # fmt: skip
 
 

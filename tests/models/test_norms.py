@@ -6,7 +6,14 @@ import math
 
 import pytest
 import torch
-from model_helpers import gpt_config, randomize_norm_params, randomize_small_params, vit_config
+import torch.nn.functional as F
+from model_helpers import (
+    batch,
+    gpt_config,
+    randomize_norm_params,
+    randomize_small_params,
+    vit_config,
+)
 from torch import nn
 
 from models.catalog import NORMS, per_token_norms
@@ -173,8 +180,64 @@ def test_gpt_refuses_cross_token_norms(norm):
 
 
 def test_norm_registry_metadata_and_unknown_name():
-    assert per_token_norms() == ["derf", "dyt", "groupnorm", "layernorm", "none", "rmsnorm"]
+    assert per_token_norms() == [
+        "derf", "dyt", "groupnorm", "layernorm", "none", "rmsnorm", "seednorm"
+    ]  # fmt: skip
     assert NORMS["batchnorm"].mixes == {"batch", "sequence"}
     assert NORMS["instancenorm"].mixes == {"sequence"}
     with pytest.raises(ValueError, match="batchnorm.*derf.*dyt.*groupnorm.*instancenorm.*none"):
         gpt_config(norm="weightnorm")
+
+
+def test_seednorm_formula_by_hand_and_rmsnorm_at_init():
+    """Cai et al. 2025, Eq. 1 in float64: (tanh(x . beta) alpha + gamma) * x / RMS(x)."""
+    from models.norms import SeeDNorm
+
+    torch.manual_seed(0)
+    norm = SeeDNorm(16).double()
+    x = 3 * torch.randn(4, 5, 16, dtype=torch.float64)
+    torch.testing.assert_close(norm(x), F.rms_norm(x, (16,), eps=1e-5))  # beta = 0: RMSNorm
+    with torch.no_grad():
+        for p in (norm.weight, norm.alpha, norm.beta):
+            p.copy_(torch.randn(16, dtype=torch.float64))
+    rms = x.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
+    by_hand = (torch.tanh((x * norm.beta).sum(-1, keepdim=True)) * norm.alpha + norm.weight) * (
+        x / rms
+    )
+    torch.testing.assert_close(norm(x), by_hand)
+    # the input's norm reaches the output, as RMSNorm's does not: 2x changes x . beta
+    assert not torch.allclose(norm(2 * x), norm(x))
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+        low = SeeDNorm(16).to(dtype)
+        low.load_state_dict({k: v.to(dtype) for k, v in norm.state_dict().items()})
+        err = (low(x.to(dtype)).double() - norm(x)).abs().max() / by_hand.abs().max()
+        assert err < tol, (dtype, err)
+
+
+def test_seednorm_trains_in_gpt_and_vit_with_its_own_qk_norm():
+    from models.norms import SeeDNorm
+
+    model = GPT(gpt_config(norm="seednorm", qk_norm=True))
+    assert sum(isinstance(m, SeeDNorm) for m in model.modules()) == 2 * 2 * 2 + 1
+    idx = torch.randint(0, model.cfg.vocab_size, (2, 8))
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert torch.isfinite(loss) and all(
+        p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()
+    )
+    images, labels = batch("vit")
+    _, loss = ViT(vit_config(norm="seednorm"))(images, labels)
+    assert torch.isfinite(loss)
+
+
+def test_dyt_alpha_attn_sets_the_attention_input_norm_only():
+    """Zhu et al. 2025's LLaMA setting: one init of a before attention, another elsewhere."""
+    model = GPT(gpt_config(norm=NormConfig(name="dyt", alpha=0.2, alpha_attn=0.8)))
+    for block in model.blocks:
+        assert block.attn_pre.alpha.item() == pytest.approx(0.8)
+        assert block.mlp_pre.alpha.item() == pytest.approx(0.2)
+    assert model.final_norm.alpha.item() == pytest.approx(0.2)
+    post = GPT(gpt_config(norm=NormConfig(name="dyt", alpha=0.2, alpha_attn=0.8), placement="post"))
+    assert all(b.attn_post.alpha.item() == pytest.approx(0.2) for b in post.blocks)  # not an input
+    with pytest.raises(ValueError, match=r"norm\.alpha must be > 0"):
+        gpt_config(norm=NormConfig(name="dyt", alpha_attn=-1.0))
