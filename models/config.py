@@ -173,6 +173,8 @@ class BlockConfig:
     qk_norm_width: str = "head"
     pos: str = "learned"  # POSITIONS
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
+    # w = gamma * w / sigma(w) on the block Linears, sigma by power iteration (Zhai et al. 2023)
+    sigma_reparam: bool = False
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
     # soft-capping, c * tanh(x / c): each attention logit (Gemma 2: 50) and each output logit
     # (Gemma 2: 30); None: off
@@ -232,6 +234,12 @@ class BlockConfig:
             if cap is not None and not cap > 0:
                 raise ValueError(f"model.{name} must be > 0 or null (off), got {cap}")
         self.check_param()
+        if self.sigma_reparam and (self.weight_norm or self.param.name != "sp"):
+            raise ValueError(
+                "model.sigma_reparam=true reparametrizes the same weights as "
+                + ("model.weight_norm: set one of them false" if self.weight_norm else
+                   f"param={self.param.name}'s per-parameter rules expect: use param=sp")
+            )  # fmt: skip
         if self.norm.eps <= 0:
             raise ValueError(f"norm.eps must be > 0, got {self.norm.eps}")
         fraction = self.placement.mix_fraction

@@ -8,7 +8,8 @@ exactly xavier_normal_(w, gain=beta). A scheme may also scale all six Linear wei
 (1-based) by a gain of l: DS-Init's 1/sqrt(l) (Zhang et al. 2019), on top of any placement's.
 
 Weight normalization, when asked for, reparametrizes the block Linears after init, so g = ||w_init||
-per output row and the effective weight is the initialized one, DeepNorm's beta included.
+per output row and the effective weight is the initialized one, DeepNorm's beta included; so does
+sigmaReparam, with gamma = sigma(w_init).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
 from models.catalog import INITS, check_init
@@ -87,3 +90,38 @@ def apply_weight_norm(model: nn.Module) -> None:
     for block in model.blocks:
         for linear in block_linears(block):
             weight_norm(linear, name="weight", dim=0)
+
+
+class SigmaReparam(nn.Module):
+    """sigmaReparam (Zhai et al. 2023, Eq. 2): w_hat = gamma * w / sigma(w), sigma(w) the spectral
+    norm, gamma a learned scalar. As the authors' code (apple/ml-sigma-reparam): u starts as w's
+    top right singular vector and gamma as sigma(w) (SVD at init, so w_hat = w), and each forward
+    in training (grad enabled: not a probe's no-grad read) takes one power-iteration step,
+    v = normalize(w u), u = normalize(w^T v), sigma = v^T w u, with no gradient through u and v.
+    u and v are buffers: a checkpoint resumes them."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        with torch.no_grad():
+            _, s, vh = torch.linalg.svd(weight, full_matrices=False)
+        self.register_buffer("u", vh[0].clone())
+        self.register_buffer("v", F.normalize(weight @ vh[0], dim=0))  # the last step's v
+        self.gamma = nn.Parameter(s[:1].clone())
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        step = self.training and torch.is_grad_enabled()  # a training step, not a probe's read
+        with torch.no_grad():
+            v = F.normalize(weight @ self.u, dim=0)
+            u = F.normalize(weight.T @ v, dim=0)
+            if step:
+                self.u.copy_(u)
+                self.v.copy_(v)
+        return weight * (self.gamma / (v @ weight @ u))
+
+
+def apply_sigma_reparam(model: nn.Module) -> None:
+    """sigmaReparam on every block Linear (the authors convert every Linear and Conv; normlab's
+    embeddings and head stay plain); call after init_weights. `.weight` is the effective one."""
+    for block in model.blocks:
+        for linear in block_linears(block):
+            parametrize.register_parametrization(linear, "weight", SigmaReparam(linear.weight))

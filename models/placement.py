@@ -188,6 +188,11 @@ PLACEMENTS: dict[str, Placement] = {
                     "its weights are renormalized to unit norm; set model.weight_norm=false",
                 ),
                 (
+                    "sigma_reparam",
+                    True,
+                    "its weights are renormalized to unit norm; set model.sigma_reparam=false",
+                ),
+                (
                     "init",
                     "ds",
                     "its weights are normalized, so a scaled init is lost; use model.init=xavier",

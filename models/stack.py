@@ -22,7 +22,7 @@ from torch import nn
 
 from models import layers, ngpt, param
 from models.config import BlockConfig
-from models.init import apply_weight_norm, init_weights
+from models.init import apply_sigma_reparam, apply_weight_norm, init_weights
 from models.layers import OmegaResidual
 from models.placement import Placement, get_placement, resolve_scales
 
@@ -67,12 +67,14 @@ class Stack(nn.Module):
 
     def init_stack(self, cfg: BlockConfig) -> None:
         """Initialize every weight (models/init.py), rescale it to the parametrization's and
-        keep each parameter's optimizer scales (models/param.py), then weight-normalize if
-        asked: last, so the effective weights are the initialized ones."""
+        keep each parameter's optimizer scales (models/param.py), then weight-normalize or
+        sigma-reparametrize if asked: last, so the effective weights are the initialized ones."""
         init_weights(self, cfg.init, cfg.n_layer, self.beta)
         self.param_scales = param.apply(self)
         if cfg.weight_norm:
             apply_weight_norm(self)
+        if cfg.sigma_reparam:
+            apply_sigma_reparam(self)
 
     def derived(self) -> dict[str, float]:
         """The constants the model computed rather than was given: the residual scale alpha and

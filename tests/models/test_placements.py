@@ -261,5 +261,6 @@ def test_refusals_cover_what_the_placements_do_themselves():
         ("hybrid", "qk_norm"),
         ("ngpt", "qk_norm"),
         ("ngpt", "weight_norm"),
+        ("ngpt", "sigma_reparam"),
         ("ngpt", "init"),
     }

@@ -47,12 +47,24 @@ class EffectiveWeight:
 def weight_grad(linear: nn.Linear) -> torch.Tensor | None:
     """dL/dW of ``linear``. Under weight norm (rows w_i = g_i v_i / ||v_i||, u_i = v_i / ||v_i||)
     dL/dv_i = (g_i / ||v_i||) (G_i - (G_i . u_i) u_i) and dL/dg_i = G_i . u_i, so
-    G_i = (||v_i|| / g_i) dL/dv_i + (dL/dg_i) u_i (exact where g_i != 0)."""
+    G_i = (||v_i|| / g_i) dL/dv_i + (dL/dg_i) u_i (exact where g_i != 0). Under sigmaReparam
+    (W = gamma V / sigma, sigma = v^T V u with u, v held fixed) dL/dV = (gamma / sigma)(G -
+    (G . V / sigma) v u^T) and dL/dgamma = G . V / sigma, so G = (sigma / gamma) dL/dV +
+    dL/dgamma v u^T."""
     from torch.nn.utils import parametrize
+
+    from models.init import SigmaReparam
 
     if not parametrize.is_parametrized(linear, "weight"):
         return linear.weight.grad
     p = linear.parametrizations.weight
+    if isinstance(p[0], SigmaReparam):
+        reparam, w = p[0], p.original
+        if w.grad is None or reparam.gamma.grad is None:
+            return None
+        sigma = reparam.v @ w.detach() @ reparam.u
+        gamma = reparam.gamma.detach()
+        return (sigma / gamma) * w.grad + reparam.gamma.grad * torch.outer(reparam.v, reparam.u)
     g, v = p.original0, p.original1  # (out, 1), (out, in): weight_norm over dim 0
     if g.grad is None or v.grad is None:
         return None
