@@ -175,6 +175,9 @@ class BlockConfig:
     weight_norm: bool = False  # w = g * v / ||v|| on the block Linears (Salimans & Kingma 2016)
     # w = gamma * w / sigma(w) on the block Linears, sigma by power iteration (Zhai et al. 2023)
     sigma_reparam: bool = False
+    # QK-clip (Kimi K2): after each step, heads whose max logit passed this tau get W_q and W_k
+    # scaled by sqrt(tau / max) (models/qk_clip.py; Kimi K2: 100); None: off
+    qk_clip: float | None = None
     activation: str = "gelu"  # the MLP's: gelu | gelu_tanh (GPT-2's) | relu
     # soft-capping, c * tanh(x / c): each attention logit (Gemma 2: 50) and each output logit
     # (Gemma 2: 30); None: off
@@ -234,6 +237,7 @@ class BlockConfig:
             if cap is not None and not cap > 0:
                 raise ValueError(f"model.{name} must be > 0 or null (off), got {cap}")
         self.check_param()
+        self.check_qk_clip()
         if self.sigma_reparam and (self.weight_norm or self.param.name != "sp"):
             raise ValueError(
                 "model.sigma_reparam=true reparametrizes the same weights as "
@@ -254,6 +258,24 @@ class BlockConfig:
 
     def check_model(self) -> None:
         """The model's own checks, after its integers and before the stack's other fields."""
+
+    def check_qk_clip(self) -> None:
+        """QK-clip edits W_q and W_k: the logits must follow them, and the weights be plain."""
+        if self.qk_clip is None:
+            return
+        if not self.qk_clip > 0:
+            raise ValueError(f"model.qk_clip must be > 0 or null (off), got {self.qk_clip}")
+        placement = get_placement(self.placement.name)
+        if self.qk_norm or placement.qkv_norm or placement.block != "residual":
+            raise ValueError(
+                "model.qk_clip rescales W_q and W_k, and normalized q and k do not follow them: "
+                "set model.qk_norm=false (and a placement without its own q, k norm)"
+            )
+        if self.weight_norm or self.sigma_reparam:
+            raise ValueError(
+                "model.qk_clip edits W_q and W_k directly; model.weight_norm and "
+                "model.sigma_reparam reparametrize them: set those false"
+            )
 
     def check_param(self) -> None:
         """A parametrization this stack can take (models/param.py says why nGPT cannot)."""

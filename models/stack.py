@@ -8,6 +8,8 @@ harness may call on any model (no-ops for the other placements):
 - ``profile_init(inputs)``: Admin's omegas from one forward pass at init (Liu et al. 2020).
 - ``normalize_weights()``: nGPT's matrices and embeddings back on the unit sphere, after every
   optimizer step (Loshchilov et al. 2024).
+- ``after_step()``: what must follow every optimizer step: nGPT's sphere and, with
+  ``model.qk_clip``, QK-clip's rescale of the heads whose logits passed tau (models/qk_clip.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from models.config import BlockConfig
 from models.init import apply_sigma_reparam, apply_weight_norm, init_weights
 from models.layers import OmegaResidual
 from models.placement import Placement, get_placement, resolve_scales
+from models.qk_clip import QKClip
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Stack(nn.Module):
             self.logit_scale = layers.Scaled(self.logit_scale, output_mult)
         if cfg.sim_dtype is not None:
             layers.simulate_precision(self.blocks, cfg.sim_dtype)
+        attentions = [b.attn for b in self.blocks]
+        self.qk_clip = None if cfg.qk_clip is None else QKClip(attentions, cfg.qk_clip)
 
     def init_stack(self, cfg: BlockConfig) -> None:
         """Initialize every weight (models/init.py), rescale it to the parametrization's and
@@ -101,6 +106,12 @@ class Stack(nn.Module):
     def embedding_weights(self) -> list[tuple[torch.Tensor, int]]:
         """(weight, dim) pairs of the model's own embeddings and head, dim the model dimension."""
         raise NotImplementedError
+
+    def after_step(self) -> None:
+        """The harness calls this after every optimizer step (training/ngpt.py)."""
+        self.normalize_weights()
+        if self.qk_clip is not None:
+            self.qk_clip.clip()
 
     @torch.no_grad()
     def normalize_weights(self) -> None:

@@ -1,8 +1,8 @@
-"""nGPT's one demand on the training loop: the weights back on the unit sphere after each step.
+"""What a model demands of the training loop after each step: nGPT's weights back on the unit
+sphere, QK-clip's rescale (``Stack.after_step``, a no-op for the rest).
 
-The model does the normalizing (``Stack.normalize_weights``, a no-op for other placements); this
-callback calls it after every optimizer step, before the checkpoint and probes of that step run,
-so a resumed run starts from the weights an uninterrupted one has.
+This callback calls it after every optimizer step, before the checkpoint and probes of that step
+run, so a resumed run starts from the weights an uninterrupted one has.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 
 
 class SphereWeights(Callback):
-    """Calls ``pl_module.model.normalize_weights()`` after each optimizer step."""
+    """Calls ``pl_module.model.after_step()`` after each optimizer step."""
 
     def __init__(self) -> None:
         self._last_step = 0
@@ -22,4 +22,4 @@ class SphereWeights(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step != self._last_step:  # gradient accumulation: once per step
             self._last_step = trainer.global_step
-            pl_module.model.normalize_weights()
+            pl_module.model.after_step()
