@@ -335,7 +335,7 @@ F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across 
             f"{DEY} (reported for Pre-LN only)", size("completep", p, **SHALLOW),
             size("completep", p, **DEEP))
       for p, name in (("post", "Post-LN"), ("sandwich", "Peri-LN"), ("deepnorm", "DeepNorm"),
-                      ("lns", "LNS"), ("mixln", "Mix-LN"))),
+                      ("lns", "LNS"), ("mix", "Mix-LN"))),
     C("F14e", "Under SP Pre-LN's best learning rate moves as it deepens 4x", DEY,
       P("curve", (size("sp", **SHALLOW), size("sp", **DEEP)), SHIFT, "above", stat="log_best_lr",
         measure=LOSS), lr="curve", departs=TINY),
