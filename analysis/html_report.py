@@ -23,6 +23,12 @@ CAPTIONS: dict[str, tuple[str, str]] = {
         "Best val loss against depth per variant; diverged runs are x marks above the data.",
         "A variant whose loss rises with depth, or stops training at the deepest stacks.",
     ),
+    "lr_transfer.png": (
+        "Each group's best learning rate against the width or depth the sweep ran (log-log), a "
+        "panel per size axis; a circled point is a best lr at the grid's edge.",
+        "A flat line is a rate that transfers as the model grows (muP across width, CompleteP "
+        "across depth); a falling one is SP's drift.",
+    ),
     "lr_sensitivity.png": (
         "Final val loss against the peak learning rate (log axis) per variant, each variant's "
         "best lr circled; the loss axis fits the rates where every run trained, and a rate "

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from analysis import cards, init_probes, lr_sweep, xy
+from analysis import cards, init_probes, lr_sweep, transfer, xy
 from analysis.html_report import caption, page
 from analysis.plots import write_plots
 from analysis.runs import (
@@ -204,7 +204,7 @@ def markdown(report: dict[str, Any]) -> str:
         markdown_table(report),
         "",
         *lr_sweep.markdown(report.get("lr_sweep", [])),
-        *lr_sweep.transfer_markdown(report.get("lr_sweep", [])),
+        *transfer.markdown(report.get("lr_sweep", [])),
     ]
     if report.get("cards"):
         inline = len(report["cards"]) <= CARDS_INLINE
@@ -309,7 +309,7 @@ def write_report(
             report["plots"] = drawn  # nothing they draw from changed: not drawn again
         elif plots:
             report["plots"] = write_plots(variants, fields, found, out_dir, logy)
-            for draw in (lr_sweep.plot, lr_sweep.plot_transfer):
+            for draw in (lr_sweep.plot, transfer.plot):
                 if name := draw(report["lr_sweep"], out_dir):
                     report["plots"].append(name)
             (out_dir / PLOTS_KEY).write_text(key + "\n")

@@ -335,6 +335,8 @@ def run_params(run: Run) -> dict[str, Any]:
         k: freeze(first_present([run.summary, run.config], (k, *keys)))
         for k, keys in CANONICAL.items()
     }
+    if params["param"] is None:  # a run from before the param group was SP
+        params["param"] = "sp"
     used = {key for keys in CANONICAL.values() for key in keys}
     for key, value in run.config.items():
         if key not in used and key not in PER_RUN_KEYS and not key.endswith(".seed"):

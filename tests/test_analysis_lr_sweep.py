@@ -206,9 +206,9 @@ def test_a_sweep_over_widths_tabulates_and_plots_the_best_lr_per_width(tmp_path)
     out = tmp_path / "report"
     assert compare.main([str(root), "--out", str(out), "--no-wandb"]) == 0
     report = json.loads((out / "report.json").read_text())
-    from analysis import lr_sweep
+    from analysis import transfer
 
-    rows = {r["label"]: r["points"] for r in lr_sweep.transfer(report["lr_sweep"])}
+    rows = {r["label"]: r["points"] for r in transfer.best_lrs(report["lr_sweep"])}
     assert rows["param=sp"] == [(32, 1e-2, True), (64, 3e-3, False), (128, 1e-3, True)]
     assert [p[1] for p in rows["param=mup"]] == [3e-3, 3e-3, 3e-3]
     md = (out / "report.md").read_text()

@@ -131,7 +131,7 @@ def test_table_values_match_hand_computed_means(sweep: Path) -> None:
     pre4 = variant(report, "pre", 4)
     assert pre4["best_val_loss"]["mean"] == pytest.approx(1.95)
     assert pre4["params"] == {
-        "model": "gpt", "placement": "pre", "norm": "layernorm", "n_layer": 4,
+        "model": "gpt", "placement": "pre", "norm": "layernorm", "param": "sp", "n_layer": 4,
         "n_embd": 32, "lr": 0.002, "warmup_steps": 0,
     }  # fmt: skip
 
