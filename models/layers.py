@@ -212,33 +212,28 @@ class NoSkip(nn.Module):
         return h
 
 
-class ScaledNorm(nn.Module):
-    """A norm whose output is multiplied by a constant: LayerNorm Scaling's norm(x) / sqrt(l)."""
-
-    def __init__(self, norm: nn.Module, scale: float) -> None:
-        super().__init__()
-        self.norm, self.scale = norm, scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x) * self.scale
-
-    def extra_repr(self) -> str:
-        return f"scale={self.scale:.4g}"
-
-
 class Scaled(nn.Module):
-    """Any other module whose output is multiplied by a constant (its state under ``inner``):
-    CompleteP's branch multiplier, muP's output multiplier (models/param.py)."""
+    """A module whose output is multiplied by a constant (its state under ``child``): CompleteP's
+    branch multiplier, muP's output multiplier (models/param.py)."""
+
+    child = "inner"
 
     def __init__(self, inner: nn.Module, scale: float) -> None:
         super().__init__()
-        self.inner, self.scale = inner, scale
+        setattr(self, self.child, inner)
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x) * self.scale
+        return getattr(self, self.child)(x) * self.scale
 
     def extra_repr(self) -> str:
         return f"scale={self.scale:.4g}"
+
+
+class ScaledNorm(Scaled):
+    """LayerNorm Scaling's norm(x) / sqrt(l), its state under ``norm`` as checkpoints hold it."""
+
+    child = "norm"
 
 
 class ScaledResidual(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -13,6 +14,15 @@ import pytest
 import models.gpt
 import train
 from training.errors import Interrupted
+
+
+def fake_run(path: Path, config: str, metrics: str, summary: dict) -> Path:
+    """A run dir as train.py leaves one: .hydra/config.yaml, metrics.csv and summary.json."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra/config.yaml").write_text(config)
+    (path / "metrics.csv").write_text(metrics)
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
 
 
 def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:

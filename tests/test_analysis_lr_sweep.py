@@ -11,6 +11,7 @@ import pytest
 from scipy import stats as sp
 
 from scripts import compare
+from tests.helpers import fake_run
 
 # (placement, lr) -> final val loss per seed (None: diverged)
 LOSSES = {
@@ -191,18 +192,16 @@ def test_a_sweep_over_widths_tabulates_and_plots_the_best_lr_per_width(tmp_path)
     for (param, width), at in best.items():
         for lr in lrs:
             for seed in (0, 1):
-                run = root / f"lr={lr},n_embd={width},param={param},seed={seed}"
-                (run / ".hydra").mkdir(parents=True)
-                (run / ".hydra/config.yaml").write_text(
+                loss = 2.0 + (0 if lr == at else 0.3) + 0.01 * seed
+                fake_run(
+                    root / f"lr={lr},n_embd={width},param={param},seed={seed}",
                     f"seed: {seed}\nmodel: {{name: gpt, n_layer: 2, n_embd: {width}}}\n"
                     f"placement: {{name: pre}}\nnorm: {{name: layernorm}}\n"
-                    f"param: {{name: {param}}}\noptim: {{lr: {lr}}}\n"
-                )
-                (run / "metrics.csv").write_text(f"step,train/loss\n0,{L0}\n1,{L0 - 0.5}\n")
-                loss = 2.0 + (0 if lr == at else 0.3) + 0.01 * seed
-                summary = {"status": "completed", "model": "gpt", "lr": lr, "n_layer": 2,
-                           "n_embd": width, "seed": seed, "final_val_loss": loss}  # fmt: skip
-                (run / "summary.json").write_text(json.dumps(summary))
+                    f"param: {{name: {param}}}\noptim: {{lr: {lr}}}\n",
+                    f"step,train/loss\n0,{L0}\n1,{L0 - 0.5}\n",
+                    {"status": "completed", "model": "gpt", "lr": lr, "n_layer": 2,
+                     "n_embd": width, "seed": seed, "final_val_loss": loss},
+                )  # fmt: skip
     out = tmp_path / "report"
     assert compare.main([str(root), "--out", str(out), "--no-wandb"]) == 0
     report = json.loads((out / "report.json").read_text())

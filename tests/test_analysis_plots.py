@@ -13,6 +13,7 @@ import pytest
 
 from analysis import plots, runs, variants, xy
 from scripts import compare
+from tests.helpers import fake_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -233,19 +234,14 @@ def test_one_colour_per_variant_across_the_reports_figures(tmp_path: Path, drawn
     for placement in ("post", "pre", "sandwich"):
         for lr in (1e-3, 3e-3):
             for depth in (2, 4):
-                path = root / f"lr={lr},n_layer={depth},placement={placement},seed=0"
-                (path / ".hydra").mkdir(parents=True)
-                (path / ".hydra/config.yaml").write_text(
-                    f"seed: 0\nmodel: {{name: gpt, n_layer: {depth}}}\nplacement: {{name: "
-                    f"{placement}}}\nnorm: {{name: layernorm}}\noptim: {{lr: {lr}}}\n"
-                )
                 loss = 2.0 + depth / 10 + lr * 100
-                (path / "metrics.csv").write_text(
-                    f"step,train/loss,val/loss\n0,4.0,\n5,3.0,3.1\n10,{loss},{loss}\n"
+                fake_run(
+                    root / f"lr={lr},n_layer={depth},placement={placement},seed=0",
+                    f"seed: 0\nmodel: {{name: gpt, n_layer: {depth}}}\nplacement: {{name: "
+                    f"{placement}}}\nnorm: {{name: layernorm}}\noptim: {{lr: {lr}}}\n",
+                    f"step,train/loss,val/loss\n0,4.0,\n5,3.0,3.1\n10,{loss},{loss}\n",
+                    {"status": "completed", "final_val_loss": loss, "best_val_loss": loss},
                 )
-                (path / "summary.json").write_text(json.dumps(
-                    {"status": "completed", "final_val_loss": loss, "best_val_loss": loss}
-                ))  # fmt: skip
     compare.main([str(root), "--out", str(tmp_path / "report"), "--no-wandb"])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     # the figure that answers an lr sweep's question first, then depth, then the curves
