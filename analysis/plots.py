@@ -157,6 +157,34 @@ def by_depth(variants: list[Variant]) -> dict[Any, list[Variant]]:
     return depths
 
 
+MAX_LINES = 6  # lines in one panel before a figure facets it
+
+
+def panels(variants: list[Variant], fields: list[str]) -> list[tuple[str, list[Variant]]]:
+    """(title, variants) per panel: a panel per depth, faceted further when it would draw more
+    than MAX_LINES lines: by learning rate when the sweep varies it (each panel then one line per
+    colour), else in chunks of MAX_LINES."""
+    out = []
+    for depth, group in by_depth(variants).items():
+        title = f"depth {depth}" if depth is not None else ""
+        if len(group) <= MAX_LINES:
+            out.append((title, group))
+            continue
+        if "lr" in fields:
+            by_lr: dict[Any, list[Variant]] = {}
+            for v in group:
+                by_lr.setdefault(v.params.get("lr"), []).append(v)
+            parts = [
+                (f"lr {lr:g}", g) for lr, g in sorted(by_lr.items(), key=lambda kv: sort_key(kv[0]))
+            ]
+        else:
+            n = -(-len(group) // MAX_LINES)
+            parts = [(f"part {k + 1} of {n}", group[k * MAX_LINES : (k + 1) * MAX_LINES])
+                     for k in range(n)]  # fmt: skip
+        out += [(", ".join(t for t in (title, part) if t), g) for part, g in parts]
+    return out
+
+
 def time_constant(variants: list[Variant], metric: str) -> float | None:
     if metric not in SMOOTHED:
         return None
@@ -167,21 +195,27 @@ def time_constant(variants: list[Variant], metric: str) -> float | None:
 
 
 def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -> str | None:
-    """Rows: metrics; columns: depths; one line (seed mean ± std) per variant."""
+    """A block of rows per metric, a panel per depth (``panels``: faceted past MAX_LINES lines),
+    at most four panels a row; one line (seed mean ± std) per variant."""
     rows = [m for m in metrics if any(m in r.metrics for v in variants for r in v.runs)]
     if not rows:
         return None
-    depths = by_depth(variants)
+    facets = panels(variants, fields)
+    ncols = min(len(facets), 4)
+    per_metric = -(-len(facets) // ncols)
     styles = Styles(variants, fields)
-    size = (4.4 * len(depths) + 2.5, 3.2 * len(rows))
+    size = (4.4 * ncols + 2.5, 3.2 * len(rows) * per_metric)
     fig, axes = plt.subplots(
-        len(rows), len(depths), figsize=size, squeeze=False, layout="constrained"
+        len(rows) * per_metric, ncols, figsize=size, squeeze=False, layout="constrained"
     )
+    for row in range(len(rows)):  # the empty cells after each metric's last panel
+        for k in range(len(facets), per_metric * ncols):
+            axes[row * per_metric + k // ncols][k % ncols].set_visible(False)
     counts, diverged = {}, False
     for row, metric in enumerate(rows):
         tau = time_constant(variants, metric)
-        for col, (depth, group) in enumerate(depths.items()):
-            ax = axes[row][col]
+        for k_panel, (where, group) in enumerate(facets):
+            ax = axes[row * per_metric + k_panel // ncols][k_panel % ncols]
             for k, v in enumerate(group):
                 series, color, ls = styles.of(v)
                 # Each later line is thinner: curves that coincide stay visible underneath.
@@ -202,7 +236,7 @@ def plot_curves(variants, fields, out_dir, metrics, name, ylabel, log_y=False) -
                 ax.annotate(f"{ref[0]} {ref[1]:.2f}", (1, ref[1]), xycoords=("axes fraction",
                             "data"), ha="right", va="bottom", fontsize=7, color="gray")  # fmt: skip
             words = metric.replace("/", " ")
-            ax.set_title(f"{words}, depth {depth}" if depth is not None else words, fontsize=9)
+            ax.set_title(f"{words}, {where}" if where else words, fontsize=9)
             ax.set_xlabel("step")
             ax.set_ylabel(curve_label(metric, ylabel, tau, log_y), fontsize=8)
             ax.grid(alpha=0.3)

@@ -340,3 +340,35 @@ def test_the_instruments_heat_maps_are_drawn_when_logged(tmp_path: Path, drawn: 
     assert set(written) == {"heat_attn_sink.png", "heat_act_kurtosis.png"}
     mesh = drawn["heat_act_kurtosis.png"].axes[0].collections[0]
     np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(3, 2), [[1, 1], [1, 2], [1, 3]])
+
+
+def test_past_six_lines_a_panel_facets_by_lr_then_in_chunks(tmp_path: Path):
+    """3 placements x 5 lrs at one depth would be 15 lines in one panel: a panel per lr, three
+    lines each; without an lr axis, 8 variants become panels of 6 and 2."""
+    from analysis.plots import MAX_LINES, panels
+
+    root = tmp_path / "sweep"
+    lrs = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+    for placement in ("post", "pre", "sandwich"):
+        for lr in lrs:
+            loss = 2.0 + lr * 10
+            fake_run(
+                root / f"lr={lr},placement={placement},seed=0",
+                f"seed: 0\nmodel: {{name: gpt, n_layer: 2}}\nplacement: {{name: {placement}}}\n"
+                f"norm: {{name: layernorm}}\noptim: {{lr: {lr}}}\n",
+                f"step,train/loss,val/loss\n0,4.0,\n5,3.0,3.1\n10,{loss},{loss}\n",
+                {"status": "completed", "final_val_loss": loss, "best_val_loss": loss},
+            )
+    assert compare.main([str(root), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
+    assert (tmp_path / "report" / "loss_curves.png").stat().st_size > 10_000
+    found, _ = runs.load_runs(root)
+    grouped = variants.group_variants(found, ["placement", "lr"])
+    facets = panels(grouped, ["placement", "lr"])
+    assert [t for t, _ in facets] == [f"depth 2, lr {lr:g}" for lr in lrs]
+    assert all(
+        len(g) == 3 and {v.params["lr"] for v in g} == {lr}
+        for (_, g), lr in zip(facets, lrs, strict=True)
+    )
+    chunks = panels(grouped[:8], ["placement"])
+    assert [len(g) for _, g in chunks] == [MAX_LINES, 2]
+    assert [t for t, _ in chunks] == ["depth 2, part 1 of 2", "depth 2, part 2 of 2"]
