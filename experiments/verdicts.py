@@ -221,6 +221,7 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
             (out / f"{stem}.md", "verdict.md"),
             (out / f"{stem}.json", "verdict.json"),
             (out / "report" / "report.json", "report/report.json"),
+            *((out / name, name) for name in cards),  # report.md links them
         ):
             (stage / name).write_text(src.read_text().replace(str(out), canonical))
         record = {"finding": finding, "experiment": experiment, "files": files}

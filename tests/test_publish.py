@@ -52,6 +52,16 @@ def test_a_manifest_naming_paths_outside_dest_or_not_publishs_deletes_nothing(tm
     assert manifest["finding"] == "f6" and manifest["experiment"] == "f6_lr_sensitivity"
 
 
+def test_the_stability_cards_the_report_links_are_published(tmp_path) -> None:
+    out = sweep_out(tmp_path)
+    (out / "report" / "cards.md").write_text(f"# Stability cards\n{out}/run0\n")
+    dest = tmp_path / "docs" / "f6"
+    publish(out, dest, "f6", ("lr_sensitivity.png",), "verdict")
+    cards = (dest / "report" / "cards.md").read_text()
+    assert cards == "# Stability cards\nmultirun/reproduce/f6_lr_sensitivity/run0\n"
+    assert "report/cards.md" in json.loads((dest / PUBLISHED).read_text())["files"]
+
+
 def test_another_finding_of_the_same_experiment_is_refused_and_its_figures_kept(tmp_path) -> None:
     out = sweep_out(tmp_path, "f13")
     dest = tmp_path / "docs" / "f6"

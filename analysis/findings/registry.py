@@ -306,6 +306,21 @@ F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate wi
               "not tested here"),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
+SIGMA = "model.sigma_reparam"
+PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
+COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
+                 P("mean", (PLAIN_HI,), FLOOR, "below", measure="min_entropy"))
+F15 = Finding("f15_sigma_reparam", "F15: sigmaReparam against attention entropy collapse", (
+    C("F15a", "sigmaReparam keeps attention entropy above 0.1 nats at every swept rate, where "
+      "it collapses without", ZHAI,
+      P("every", ({QK: False, SIGMA: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"),
+      lr="curve", gate=COLLAPSES, departs=SHORT),
+    C("F15b", "At the top rate sigmaReparam's runs diverge or stall less often than the plain "
+      "runs", ZHAI, P("rate2", (PLAIN_HI, SIGMA_HI), 0.0, "above", event="not_trained"),
+      lr="curve", gate=COLLAPSES, seeds=RATE_SEEDS, departs=SHORT),
+), plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "lr_sensitivity.png"),
+   figures=F10.figures)
+
 YANG, DEY = "Yang et al. 2022", "Dey et al. 2025"
 TINY = "widths 32-128 and depths 2-8 for 300 steps; the papers' models reach 1-10B parameters"
 
@@ -397,5 +412,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
+    "f15": F15,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
