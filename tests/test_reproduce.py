@@ -306,6 +306,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
     assert published == [
         ".published.json",
         "report/act_norm_init.png",
+        "report/cards.md",
         "report/grad_norm_init.png",
         "report/init_grid.png",
         "report/report.json",
@@ -313,7 +314,7 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
         "verdict.json",
         "verdict.md",
     ]
-    for name in ("report/report.md", "report/report.json", "verdict.json"):
+    for name in ("report/report.md", "report/report.json", "report/cards.md", "verdict.json"):
         assert str(out) not in (docs / name).read_text()
 
 

@@ -306,6 +306,22 @@ F13 = Finding("f6_lr_sensitivity", "F13: final loss against the learning rate wi
               "not tested here"),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
+def pre(norm: str) -> dict:
+    return {"placement": "pre", "norm": norm}
+
+
+F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 against "
+              "LayerNorm and RMSNorm", (
+    C("F17a", "Derf ends below LayerNorm", "Chen et al. 2025",
+      P("diff", (pre("derf"), pre("layernorm")), 0.0, "below"), departs=SHORT),
+    C("F17b", "Derf ends below DyT", "Chen et al. 2025",
+      P("diff", (pre("derf"), pre("dyt")), 0.0, "below"), departs=SHORT),
+    C("F17c", "SeeDNorm ends below RMSNorm", "Cai et al. 2025",
+      P("diff", (pre("seednorm"), pre("rmsnorm")), 0.0, "below"), departs=SHORT),
+    C("F17d", "DyT matches LayerNorm", "Zhu et al. 2025",
+      P("diff", (pre("dyt"), pre("layernorm")), CLOSE, "within"), departs=SHORT),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
 SIGMA = "model.sigma_reparam"
 PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
 COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
@@ -412,6 +428,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
-    "f15": F15,
+    "f15": F15, "f17": F17,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
