@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.config import BlockConfig, ParamConfig
+from models.config import BlockConfig
 from models.init import init_variance
 
 MATRIX, VECTOR, FIXED = "matrix", "vector", "fixed"
@@ -62,9 +62,11 @@ class Scales:
 
 
 def base_config(cfg: BlockConfig) -> BlockConfig:
-    """The model's config at its base width, as SP: whose shapes say which dimensions grow."""
+    """The model's config at its base width: whose shapes say which dimensions grow. Same
+    parametrization and depth, so its modules are the model's (a branch norm the depth
+    multiplier wraps keeps its name)."""
     base = cfg.param.base_width or cfg.n_embd
-    return dataclasses.replace(cfg, n_embd=base, param=ParamConfig())
+    return dataclasses.replace(cfg, n_embd=base)
 
 
 def shape_kind(shape: tuple[int, ...], base: tuple[int, ...]) -> str:
@@ -127,7 +129,8 @@ def rescale_init(model: nn.Module, base_model: nn.Module, scales: dict[str, Scal
 def apply(model: nn.Module) -> dict[str, Scales]:
     """The model's parametrization after its SP init: rescale the init, return the Scales its
     optimizer reads (every 1 under SP, and nothing rescaled)."""
-    if model.cfg.param.name == "sp":
+    if model.cfg.param.name == "sp" or any(p.is_meta for p in model.parameters()):
+        # SP, or a base model (meta: shapes only): every scale 1
         names = (name for name, _ in model.named_parameters())
         return {name: Scales(FIXED, name.startswith("blocks.")) for name in names}
     base_model = build_base(model)

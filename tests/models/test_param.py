@@ -196,3 +196,17 @@ def test_sp_groups_unchanged() -> None:
     assert dataclasses.asdict(ParamConfig()) == {
         "name": "sp", "base_width": None, "base_depth": None, "alpha": 1.0,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("placement", ["sandwich", "post", "deepnorm", "lns", "mix", "admin"])
+def test_every_placement_gets_a_scale_for_every_parameter(placement: str) -> None:
+    """A branch norm the depth multiplier wraps (Peri-LN's) keeps the base model's name for it:
+    the F14 pilot's Peri-LN at depth 8 once failed on blocks.0.attn_branch_out.inner.weight."""
+    cfg = GPTConfig(vocab_size=40, n_layer=8, n_embd=64, n_head=4, placement=placement,
+                    param=ParamConfig(name="completep", base_width=32, base_depth=2))  # fmt: skip
+    model = GPT(cfg)
+    assert {n for n, _ in model.named_parameters()} <= set(model.param_scales)
+    eps = {n: s.eps for n, s in model.param_scales.items()}
+    assert eps["blocks.0.mlp.fc1.weight"] == pytest.approx(1 / (2 * 4))  # m_N^-1 m_L^-1
+    x = torch.randint(0, 40, (2, 8))
+    assert torch.isfinite(model(x, x)[1])
