@@ -34,6 +34,8 @@ def best_lrs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 ((e["variant"][field], e["best_lr"], e["edge"]) for e in members),
                 key=lambda p: sort_key(p[0]),
             )
+            if len(points) < 2:  # one size: nothing to say about transfer
+                continue
             name = label(dict(zip(others, key, strict=True)), others)
             out.append({"field": field, "axis": axis, "label": name, "points": points})
     return out

@@ -215,3 +215,20 @@ def test_a_sweep_over_widths_tabulates_and_plots_the_best_lr_per_width(tmp_path)
     assert "| param=sp | 0.01* | 0.003 | 0.001* |" in md
     assert "| param=mup | 0.003 | 0.003 | 0.003 |" in md
     assert "lr_transfer.png" in report["plots"] and (out / "lr_transfer.png").stat().st_size > 5000
+
+
+def test_a_group_at_one_size_says_nothing_about_transfer():
+    from analysis import transfer
+
+    def entry(param: str, width: int, layers: int, best: float) -> dict:
+        return {"variant": {"param": param, "n_embd": width, "n_layer": layers},
+                "lrs": [1e-3, 1e-2], "best_lr": best, "edge": False}  # fmt: skip
+
+    rows = transfer.best_lrs([
+        entry("sp", 32, 2, 1e-2), entry("sp", 128, 2, 1e-3),  # a width pair
+        entry("completep", 32, 2, 1e-2), entry("completep", 32, 8, 1e-2),  # a depth pair
+    ])  # fmt: skip
+    assert [(r["axis"], r["label"], len(r["points"])) for r in rows] == [
+        ("width", "param=sp L=2", 2),
+        ("depth", "param=completep n_embd=32", 2),
+    ]
