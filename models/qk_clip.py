@@ -17,16 +17,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.attention_scores import attention_scores
+
 
 def head_max_logits(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """(n_head,) the largest logit of each head over the batch, causal mask applied."""
-    q, k = attn.qk(x)  # (B, nh, T, hs)
-    logits = (q @ k.transpose(-2, -1)) * attn.scale
-    if attn.causal:
-        T = logits.shape[-1]
-        future = torch.ones(T, T, dtype=torch.bool, device=logits.device).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
-    return logits.amax(dim=(0, 2, 3)).float()
+    return attention_scores(attn, x).amax(dim=(0, 2, 3))
 
 
 class QKClip:

@@ -57,8 +57,8 @@ def test_ngpt_trains_on_the_sphere_without_biases_decay_or_warmup(tmp_path, tiny
 def test_attention_probes_read_the_logits_ngpt_uses():
     """nGPT's logits are q.k * sqrt(d_head), not / sqrt(d_head): the probes take the
     attention's own scale."""
+    from models.attention_scores import attention_scores
     from models.gpt import GPT, GPTConfig
-    from training.probes.attention import attention_scores
 
     torch.manual_seed(0)
     cfg = dict(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8, bias=False)

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.attention_scores import attention_scores
 from models.norms import Derf, DyT
 from runs import metric_names as names
-from training.probes.attention import attention_scores
 from training.probes.forward import ForwardMeasure
 
 SINK_THRESHOLD = 0.3  # Gu et al. 2025's epsilon
