@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	# muP's reference for the tests: its core needs torch and pyyaml alone; its declared
 	# requirements (torchvision, seaborn) would replace the CPU torch with a CUDA build
 	$(PY) -m pip install -q --no-deps mup==1.0.0
+	# hyper-connections' reference (tests/models/test_connections.py); its einops comes with
+	# x-transformers (dev)
+	$(PY) -m pip install -q --no-deps hyper-connections==0.4.11
 	touch $@
 
 train: setup

@@ -140,3 +140,35 @@ def check_activation(name: str) -> None:
         raise ValueError(
             f"unknown activation '{name}'; choose model.activation from: {', '.join(ACTIVATIONS)}"
         )
+
+
+# --- residual connections (models/connections.py) ----------------------------------------------
+@dataclass(frozen=True)
+class ConnectionSpec:
+    """A CONNECTIONS entry: whether it widens the stream, learns per-token terms, and takes
+    mHC's constraints."""
+
+    name: str
+    hyper: bool = True  # n streams and learned coefficients (models/connections.py)
+    dynamic: bool = True  # per-token terms from the normed streams (tanh, or linear for mHC)
+    manifold: bool = False  # mHC: sigmoid, 2 sigmoid and Sinkhorn on the coefficients
+    paper: str = ""
+
+
+CONNECTIONS: dict[str, ConnectionSpec] = {
+    c.name: c
+    for c in (
+        ConnectionSpec("residual", hyper=False, dynamic=False),  # the placement's own sum
+        ConnectionSpec("hc", paper="Zhu et al. 2025 (DHC); fracs > 1: Zhu et al. 2025b"),
+        ConnectionSpec("shc", dynamic=False, paper="Zhu et al. 2025 (SHC)"),
+        ConnectionSpec("mhc", manifold=True, paper="Xie et al. 2025"),
+    )
+}
+
+
+def get_connection(name: str) -> ConnectionSpec:
+    if name not in CONNECTIONS:
+        raise ValueError(
+            f"unknown connection '{name}'; choose model.connection from: {', '.join(CONNECTIONS)}"
+        )
+    return CONNECTIONS[name]

@@ -15,8 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from models.catalog import check_activation, check_causal_norm, check_init, get_norm
-from models.placement import get_placement
+from models.catalog import (
+    check_activation,
+    check_causal_norm,
+    check_init,
+    get_connection,
+    get_norm,
+)
+from models.placement import PLACEMENTS, Placement, get_placement
 
 if TYPE_CHECKING:
     from torch import nn
@@ -30,7 +36,9 @@ POSITIONS = ("learned", "rope")
 # Parametrizations (models/param.py): how init, multipliers and per-parameter learning rates
 # scale with width and depth; "sp" changes nothing.
 PARAMETRIZATIONS = ("sp", "mup", "completep")
-# A simulated low-precision forward (models/layers.py simulate_precision): every linear layer's
+# The stack's integer fields that must be positive (each model adds its own).
+POSITIVE = ("n_layer", "n_head", "n_embd", "mlp_ratio", "streams", "fracs", "sinkhorn_iters")
+# A simulated low-precision forward (models/precision.py): every linear layer's
 # and every block's output rounded to that format; None: off.
 SIM_DTYPES = (None, "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 
@@ -186,6 +194,14 @@ class BlockConfig:
     # gated attention (Qiu et al. 2025): the attention's output times sigmoid(x W_g), x its
     # input; "headwise": one gate per head, "elementwise": one per feature; None: off
     attn_gate: str | None = None
+    # how each branch meets the stream (models/connections.py): residual, the placement's own
+    # sum; hc | shc, hyper-connections over n streams (Zhu et al. 2025, dynamic | static); mhc,
+    # manifold-constrained (Xie et al. 2025); fracs > 1 splits the width into that many
+    # fractions (frac-connections, Zhu et al. 2025b)
+    connection: str = "residual"
+    streams: int = 1  # n, the residual streams (Zhu et al.: 4)
+    fracs: int = 1  # m, the fractions of the width
+    sinkhorn_iters: int = 20  # mhc: Sinkhorn-Knopp rounds on H_res (Xie et al.: 20)
     # a simulated low-precision forward: each linear layer's and block's output rounded to
     # SIM_DTYPES' format (straight-through: gradients as if unrounded); None: off
     sim_dtype: str | None = None
@@ -211,7 +227,7 @@ class BlockConfig:
                 f"model.qk_norm_width={self.qk_norm_width!r}: choose one of "
                 f"{', '.join(QK_NORM_WIDTHS)}"
             )
-        for name in (*self.positive_fields, "n_layer", "n_head", "n_embd", "mlp_ratio"):
+        for name in (*self.positive_fields, *POSITIVE):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
@@ -238,6 +254,7 @@ class BlockConfig:
                 raise ValueError(f"model.{name} must be > 0 or null (off), got {cap}")
         self.check_param()
         self.check_qk_clip()
+        self.check_connection()
         if self.sigma_reparam and (self.weight_norm or self.param.name != "sp"):
             raise ValueError(
                 "model.sigma_reparam=true reparametrizes the same weights as "
@@ -277,6 +294,36 @@ class BlockConfig:
                 "model.sigma_reparam reparametrize them: set those false"
             )
 
+    def check_connection(self) -> None:
+        """A hyper-connection replaces the residual sum of a placement with no norm after it."""
+        spec = get_connection(self.connection)
+        if not spec.hyper:
+            if (self.streams, self.fracs) != (1, 1):
+                raise ValueError(
+                    f"model.streams={self.streams}, model.fracs={self.fracs}: more streams or "
+                    "fractions need a hyper-connection; set model.connection=hc (or shc, mhc)"
+                )
+            return
+        if self.n_embd % self.fracs:
+            raise ValueError(
+                f"model.fracs={self.fracs} does not divide model.n_embd={self.n_embd}; "
+                "pick a divisor"
+            )
+        if spec.manifold and self.fracs != 1:
+            raise ValueError("model.connection=mhc takes one fraction: set model.fracs=1")
+        if not takes_hyper(get_placement(self.placement.name)):
+            fits = ", ".join(name for name, p in PLACEMENTS.items() if takes_hyper(p))
+            raise ValueError(
+                f"model.connection={self.connection} replaces the plain residual sum, and "
+                f"placement={self.placement.name} normalizes or scales it: use one of "
+                f"placement={fits}"
+            )
+        if self.param.name != "sp":
+            raise ValueError(
+                f"model.connection={self.connection} with param={self.param.name}: normlab has "
+                "no width or depth rule for the connection's coefficients; use param=sp"
+            )
+
     def check_param(self) -> None:
         """A parametrization this stack can take (models/param.py says why nGPT cannot)."""
         param = self.param
@@ -292,6 +339,19 @@ class BlockConfig:
                 f"param.base_width={param.base_width} is not divisible by model.n_head="
                 f"{self.n_head}; pick a base width that is a multiple of n_head"
             )
+
+
+def takes_hyper(placement: Placement) -> bool:
+    """Whether a hyper-connection can replace this placement's residual sums: a residual block,
+    the same in every layer, no norm after the sum, and a plain unit skip."""
+    return (
+        placement.block == "residual"
+        and placement.layers is None
+        and placement.attn_slots[2] == placement.mlp_slots[2] == "none"
+        and placement.residual == "scale"
+        and not placement.uses_deepnorm_scales
+        and placement.input_skip == 0
+    )
 
 
 @dataclass(kw_only=True)

@@ -73,8 +73,7 @@ class GPT(Stack):
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
         x = self.drop(self.emb_norm(x))
-        for block in self.blocks:
-            x = block(x)
+        x = self.run_blocks(x)
         logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)
         logits = softcap(logits, self.cfg.logit_softcap)
         loss = None

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.activations import get_activation
-from models.catalog import get_norm
+from models.catalog import get_connection, get_norm
 from models.config import BlockConfig
+from models.connections import HyperConnection
 from models.placement import Placement, layer_placements
 
 NormFactory = Callable[[int], nn.Module]  # feature size -> norm module
@@ -236,7 +237,15 @@ class ScaledNorm(Scaled):
     child = "norm"
 
 
-class ScaledResidual(nn.Module):
+class Sum(nn.Module):
+    """A residual sum: the branch reads the stream x itself, ``forward(branch, x)`` adds it back
+    (a hyper-connection's ``split`` mixes the streams first, models/connections.py)."""
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x
+
+
+class ScaledResidual(Sum):
     """branch + alpha * x, alpha a constant: 1, DeepNorm's (2N)^(1/4), or B2T's weight s of the
     block input x0 added to the MLP branch (Takase et al. 2023)."""
 
@@ -249,7 +258,7 @@ class ScaledResidual(nn.Module):
         return torch.add(branch, x, alpha=self.alpha)
 
 
-class OmegaResidual(nn.Module):
+class OmegaResidual(Sum):
     """Admin's skip (Liu et al. 2020): branch + omega * x, omega learnable per feature, 1 until
     Stack.profile_init sets it from one forward pass at init."""
 
@@ -281,7 +290,9 @@ class Block(nn.Module):
         h = Post( Residual( BranchOut( Attn( Pre(x0) ) ), x0 ) )
         y = Post( Residual( BranchOut( MLP( Pre(h) ) ) + s * x0, h ) )
 
-    with Residual(b, x) = b + alpha * x, or b + omega * x (Admin). Each placement fills the slots:
+    with Residual(b, x) = b + alpha * x, or b + omega * x (Admin); with ``model.connection`` a
+    hyper-connection reads the branch input from n streams and writes the branch back to them
+    (models/connections.py: split, then the sum). Each placement fills the slots:
 
     Post-LN  (Post = LN):                      y = LN(x + F(x))
     Pre-LN   (Pre = LN):                       y = x + F(LN(x))
@@ -367,45 +378,31 @@ class Block(nn.Module):
         if branch != 1.0:
             self.attn_branch_out = Scaled(self.attn_branch_out, branch)
             self.mlp_branch_out = Scaled(self.mlp_branch_out, branch)
-        self.attn_residual = RESIDUALS[placement.residual](alpha, d)
-        self.mlp_residual = RESIDUALS[placement.residual](alpha, d)
+        self.attn_residual, self.mlp_residual = (
+            RESIDUALS[placement.residual](alpha, d)
+            if not get_connection(cfg.connection).hyper
+            else HyperConnection(
+                d,
+                cfg.streams,
+                cfg.fracs,
+                2 * (layer - 1) + k,
+                get_connection(cfg.connection),
+                cfg.sinkhorn_iters,
+            )  # fmt: skip
+            for k in (0, 1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x0 = x
-        h = self.attn_drop(self.attn(self.attn_pre(x)))
+        h, x = self.attn_residual.split(x)
+        h = self.attn_drop(self.attn(self.attn_pre(h)))
         x = self.attn_post(self.attn_residual(self.attn_branch_out(h), x))
-        h = self.mlp_skip(self.mlp_branch_out(self.mlp(self.mlp_pre(x))), x0)
+        h, x = self.mlp_residual.split(x)
+        h = self.mlp_skip(self.mlp_branch_out(self.mlp(self.mlp_pre(h))), x0)
         return self.mlp_post(self.mlp_residual(h, x))
 
     def extra_repr(self) -> str:
         return f"{self.placement_name}, alpha={self.alpha:.4g}, input_skip={self.input_skip:g}"
-
-
-SIM_FORMATS = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp8_e4m3": getattr(torch, "float8_e4m3fn", None),
-    "fp8_e5m2": getattr(torch, "float8_e5m2", None),
-}
-
-
-def rounded(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x as the format ``dtype`` holds it (beyond its range: inf, or NaN for fp8 e4m3, as torch
-    casts), with the gradient of the identity (straight-through)."""
-    return x + (x.to(dtype).to(x.dtype) - x).detach()
-
-
-def simulate_precision(blocks: nn.ModuleList, name: str) -> None:
-    """Round the output of every block in ``blocks`` and of every nn.Linear inside them (the
-    attention's output projection, fc1, fc2; q, k and v run as one stacked matmul and are not
-    rounded) to the format ``name`` (SIM_FORMATS) on each forward, by hooks. Norm statistics,
-    the attention softmax and the optimizer stay in float32."""
-    dtype = SIM_FORMATS[name]
-    if dtype is None:
-        raise ValueError(f"model.sim_dtype={name}: this torch has no such dtype; pick bf16 or fp16")
-    linears = [m for m in blocks.modules() if isinstance(m, nn.Linear)]
-    for module in [*blocks, *linears]:
-        module.register_forward_hook(lambda m, args, out: rounded(out, dtype))
 
 
 def build_blocks(cfg: BlockConfig, placement: Placement, alpha: float) -> nn.ModuleList:

@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import layers, ngpt, param
+from models import connections, layers, ngpt, param
 from models.config import BlockConfig
 from models.init import apply_sigma_reparam, apply_weight_norm, init_weights
 from models.layers import OmegaResidual
 from models.placement import Placement, get_placement, resolve_scales
+from models.precision import simulate_precision
 from models.qk_clip import QKClip
 
 
@@ -66,9 +67,17 @@ class Stack(nn.Module):
         if output_mult != 1.0:
             self.logit_scale = layers.Scaled(self.logit_scale, output_mult)
         if cfg.sim_dtype is not None:
-            layers.simulate_precision(self.blocks, cfg.sim_dtype)
+            simulate_precision(self.blocks, cfg.sim_dtype)
         attentions = [b.attn for b in self.blocks]
         self.qk_clip = None if cfg.qk_clip is None else QKClip(attentions, cfg.qk_clip)
+
+    def run_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """The blocks on x (B, T, C); with n residual streams (model.streams) x starts as every
+        stream and the streams' sum comes out (models/connections.py)."""
+        x = connections.expand(x, self.cfg.streams)
+        for block in self.blocks:
+            x = block(x)
+        return connections.reduce(x, self.cfg.streams)
 
     def init_stack(self, cfg: BlockConfig) -> None:
         """Initialize every weight (models/init.py), rescale it to the parametrization's and

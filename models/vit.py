@@ -74,8 +74,7 @@ class ViT(Stack):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, 1+N, C)
         x = self.drop(x if self.pos_emb is None else x + self.pos_emb)
-        for block in self.blocks:
-            x = block(x)
+        x = self.run_blocks(x)
         # Normalize the tokens before pooling: norms with statistics across tokens or the batch
         # (instancenorm, batchnorm) need the whole sequence; for the cls token it is the same.
         x = self.final_norm(x)  # (B, N', C)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from models.gpt import GPT, GPTConfig
-from models.layers import rounded
+from models.precision import rounded
 from tests.probe_helpers import TINY, batches, one_thread  # noqa: F401  (autouse)
 from training.guards import WINDOW, ClipUpdate, Guarded, SkipStep
 from training.optim import AdamAtan2

@@ -1,0 +1,161 @@
+"""How a sub-layer's branch meets the residual stream, as a registry (``model.connection``).
+
+"residual" is the plain sum y = branch + alpha * x of every placement (layers.ScaledResidual,
+or Admin's OmegaResidual). The others widen the stream into n copies, H (n x C per token), and
+learn how each sub-layer reads and writes them:
+
+- "hc", dynamic hyper-connections (Zhu et al. 2025, "Hyper-Connections", ICLR; DHC), and "shc",
+  their static form (SHC). Per token, with H_bar = RMSNorm(H) row by row:
+
+      A_m = s_a tanh(H_bar W_m) + A_m0      (n x 1: how the streams mix into the branch input)
+      A_r = s_a tanh(H_bar W_r) + A_r0      (n x n: how the streams mix among themselves)
+      B   = s_b tanh(H_bar W_b) + B0        (n: how much of the branch each stream takes)
+      h = A_m^T H;   H' = A_r^T H;   H_out = B^T F(h) + H'
+
+  W zero and s_a = s_b = 0.01 at init; A_m0 one-hot at stream (sub-layer index mod n), A_r0 = I,
+  B0 = 1, so a model at init is Pre-LN with n identical streams. SHC drops the tanh terms.
+- fracs m > 1, frac-connections (Zhu et al. 2025b, arXiv 2503.14125): the width split into m
+  fractions of C / m, each a stream of its own; n streams of m fractions mix as n m rows, and
+  fraction f of the branch output goes back to fraction g with weight B[f, s, g]. At init every
+  fraction reads itself and gets its own fraction of the branch back (B0 = I over fractions),
+  so the block is Pre-LN's. The hyper-connections package (0.4.11) computes the same formula,
+  but its B0 is one weight per (s, g) for every f, and its A_m0 feeds fraction 0 to every
+  fraction of the branch input: at init its branch reads x's first fraction twice and each
+  fraction gets the sum of the branch's fractions.
+- "mhc", manifold-constrained hyper-connections (Xie et al. 2025, DeepSeek, arXiv 2512.24880):
+  no tanh, H_pre = sigmoid(.), H_post = 2 sigmoid(.), and H_res projected onto the doubly
+  stochastic matrices by Sinkhorn-Knopp, ``sinkhorn_iters`` alternating row and column
+  normalizations, in the log domain in float32 (the exp-domain form's small entries underflow to
+  0 when the logits spread by ~100; a later report saw it on a 48-layer GPT-2). The
+  coefficients come from each stream's row, as the hyper-connections package computes them (the
+  paper computes them from the flattened n C vector of all streams). One fraction only.
+
+The RMSNorm inside is x / ||x|| * sqrt(C) * g (no eps), g learned from 1. Every coefficient is
+a 1-D parameter (reshaped in forward) so optimizers treat it like a norm gain: no weight decay,
+not one of Muon's matrices. Between Blocks the n streams ride folded into the batch, (B n, T,
+C), stream-minor; ``expand`` and ``reduce`` (the sum over streams) bracket the stack.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.catalog import ConnectionSpec
+
+SCALE_INIT = 0.01  # s_a, s_b (Zhu et al. 2025); the mHC scales alike
+
+
+def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
+    """exp(logits) made doubly stochastic over its last two dims: ``iters`` rounds of column
+    (dim -2) then row (dim -1) normalization, in the log domain in float32 (or float64)."""
+    log = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    for _ in range(iters):
+        log = log - log.logsumexp(dim=-2, keepdim=True)
+        log = log - log.logsumexp(dim=-1, keepdim=True)
+    return log.exp()
+
+
+class HyperConnection(nn.Module):
+    """One sub-layer's hyper-connection over ``streams`` streams of ``fracs`` fractions each.
+
+    Rows r = (fraction f, stream s), f major; the columns of the width coefficients are, per
+    output fraction g, [branch input, stream 0 .. n-1]. ``split(x)`` gives the branch input and
+    what ``forward(branch, state)`` needs to write the branch back.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        streams: int,
+        fracs: int,
+        index: int,
+        spec: ConnectionSpec,
+        sinkhorn_iters: int = 20,
+    ) -> None:
+        super().__init__()
+        n, m = streams, fracs
+        self.n, self.m, self.k = n, m, dim // m
+        self.spec, self.sinkhorn_iters = spec, sinkhorn_iters
+        width = torch.zeros(m, n, m, 1 + n)  # (f, s, g, column)
+        for f in range(m):
+            width[f, index % n, f, 0] = 1.0  # A_m0: fraction f of stream (index mod n)
+            width[f, :, f, 1:] = torch.eye(n)  # A_r0 = I
+        self.static_width = nn.Parameter(width.flatten())
+        depth = torch.zeros(m, n, m)  # (f, s, g): B0 = 1, fraction f of the branch to fraction f
+        for f in range(m):
+            depth[f, :, f] = 1.0
+        self.static_depth = nn.Parameter(depth.flatten())
+        self.gain = nn.Parameter(torch.ones(self.k))
+        if spec.dynamic:
+            self.dynamic_width = nn.Parameter(torch.zeros(self.k * m * (1 + n)))
+            self.dynamic_depth = nn.Parameter(torch.zeros(self.k * m))
+            # HC: one s_a for A_m and A_r; mHC: one for H_pre and one for H_res
+            self.width_scale = nn.Parameter(torch.full((2 if spec.manifold else 1,), SCALE_INIT))
+            self.depth_scale = nn.Parameter(torch.full((1,), SCALE_INIT))
+
+    def coefficients(self, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Width (B, T, f, s, g, 1+n) and depth (B, T, f, s, g) coefficients, in float32 (float64
+        for a float64 H)."""
+        n, m, k = self.n, self.m, self.k
+        dtype = torch.promote_types(H.dtype, torch.float32)
+        width = self.static_width.to(dtype).view(m, n, m, 1 + n)
+        depth = self.static_depth.to(dtype).view(m, n, m)
+        if self.spec.dynamic:
+            normed = F.normalize(H.to(dtype), dim=-1) * k**0.5 * self.gain.to(dtype)
+            act = torch.nn.Identity() if self.spec.manifold else torch.tanh
+            w = act(normed @ self.dynamic_width.to(dtype).view(k, m * (1 + n)))
+            scale = self.width_scale.to(dtype)
+            if self.spec.manifold:  # s_pre on the branch column, s_res on the stream columns
+                scale = torch.cat([scale[:1], scale[1:].expand(n)])
+            width = width + w.unflatten(-1, (m, 1 + n)) * scale
+            d = act(normed @ self.dynamic_depth.to(dtype).view(k, m))  # (B, T, f, s, g)
+            depth = depth + d * self.depth_scale.to(dtype)
+        else:
+            width = width.expand(*H.shape[:2], -1, -1, -1, -1)
+            depth = depth.expand(*H.shape[:2], -1, -1, -1)
+        if self.spec.manifold:  # fracs == 1: (B, T, 1, s, 1, 1+n)
+            pre = torch.sigmoid(width[..., :1])
+            res = sinkhorn(width[..., 0, 1:], self.sinkhorn_iters)  # (s, s') per token
+            res = res.unsqueeze(-2)
+            width = torch.cat([pre, res], dim=-1)
+            depth = 2 * torch.sigmoid(depth)
+        return width, depth
+
+    def streams_of(self, x: torch.Tensor) -> torch.Tensor:
+        """(B n, T, C) -> (B, T, f, s, k)."""
+        Bn, T, C = x.shape
+        H = x.view(Bn // self.n, self.n, T, self.m, self.k)
+        return H.permute(0, 2, 3, 1, 4)
+
+    def folded(self, H: torch.Tensor) -> torch.Tensor:
+        """(B, T, f, s, k) -> (B n, T, C)."""
+        B, T = H.shape[:2]
+        return H.permute(0, 3, 1, 2, 4).reshape(B * self.n, T, self.m * self.k)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        H = self.streams_of(x)
+        width, depth = self.coefficients(H)
+        mix = torch.einsum("btfsgc,btfsk->btgck", width, H.to(width.dtype))  # (B, T, g, 1+n, k)
+        branch_in = mix[..., 0, :].flatten(-2).to(x.dtype)  # (B, T, C)
+        return branch_in, (mix[..., 1:, :].to(x.dtype), depth)  # H' (B, T, g, s, k)
+
+    def forward(self, branch: torch.Tensor, state: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        rest, depth = state  # H' (B, T, g, s, k), B (B, T, f, s, g)
+        out = branch.to(depth.dtype).unflatten(-1, (self.m, self.k))  # (B, T, f, k)
+        written = torch.einsum("btfk,btfsg->btgsk", out, depth)  # B^T F(h): (B, T, g, s, k)
+        return self.folded(rest + written.to(rest.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.spec.name}, streams={self.n}, fracs={self.m}"
+
+
+def expand(x: torch.Tensor, streams: int) -> torch.Tensor:
+    """(B, T, C) -> (B n, T, C): every stream starts as x."""
+    return x if streams == 1 else x.repeat_interleave(streams, dim=0)
+
+
+def reduce(x: torch.Tensor, streams: int) -> torch.Tensor:
+    """(B n, T, C) -> (B, T, C): the streams' sum."""
+    return x if streams == 1 else x.unflatten(0, (-1, streams)).sum(1)
