@@ -5,7 +5,6 @@ claims, write and publish the verdicts, and time it all; ``all`` runs every find
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -20,20 +19,18 @@ from rich.table import Table
 from analysis.findings import (
     ALIASES,
     FINDINGS,
-    FROZEN,
     Finding,
     confirm_lrs,
     decide_finding,
     fresh_seeds,
-    frozen,
     hash_now,
     read_table,
-    recompute,
 )
-from analysis.findings.declare import Frozen, claim_hash, rule_text
+from analysis.findings.declare import rule_text
 from analysis.findings.settings import read_reproduce
 from analysis.report import table_cells, write_report, xy_figure
 from analysis.wandb_report import log_report
+from experiments import registry
 from experiments.sweep import (
     ESTIMATE,
     ROOT,
@@ -189,9 +186,9 @@ def bad_overrides(err: Exception) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.recompute:
-        return recompute_all(args.recompute)
+        return registry.recompute_all(args.recompute)
     if args.freeze:
-        return freeze()
+        return registry.freeze()
     if args.finding == "all":
         return reproduce_all(args)
     try:
@@ -391,69 +388,6 @@ def reproduce_all(args: argparse.Namespace) -> int:
         total = sum(r[2] for r in rows) / 60
         console.print(table)
         console.print(f"sweeps' wall time in all: {total:.1f} min")
-    return code
-
-
-def freeze() -> int:
-    """Write frozen.json: the registry's hash, each claim's hash and first fresh seed, the date
-    and the commit. A second freeze keeps the entries of every finding none of whose claims
-    changed; a finding with a new or changed claim runs again, so all its claims get seeds past
-    every seed handed out before (a confirmatory run is never repeated on seeds it has seen)."""
-    import datetime
-    import subprocess
-
-    before = frozen() or Frozen("")
-    first, claims, changed = before.next_seed, {}, []
-    for finding in FINDINGS.values():
-        moved = [c.id for c in finding.claims
-                 if (before.claims.get(c.id) or {}).get("hash") != claim_hash(c)]  # fmt: skip
-        for claim in finding.claims:
-            if moved:  # the finding runs again: every claim of it on the new seeds
-                claims[claim.id] = {"hash": claim_hash(claim), "first_seed": first}
-            else:  # unchanged: its seeds and any verdict on them stand
-                claims[claim.id] = before.claims[claim.id]
-        changed += moved
-    if before.claims:
-        console.print(
-            f"refreezing: new or changed since the last freeze: {', '.join(changed) or 'none'}"
-        )
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=ROOT, check=False)  # fmt: skip
-    step = 1000 if changed else 0  # the next freeze's seeds lie past every one handed out
-    record = Frozen(hash_now(), claims, first + step, datetime.date.today().isoformat(),
-                    git.stdout.strip())  # fmt: skip
-    FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
-    seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
-    console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
-                  f"new or changed ones: {seeds} -> {FROZEN}")  # fmt: skip
-    return 0
-
-
-def text(verdict: dict) -> str:
-    """A verdict as JSON text: what verdict.json holds, compared byte for byte (NaN included)."""
-    return json.dumps(verdict, sort_keys=True)
-
-
-def recompute_all(paths: list[Path]) -> int:
-    """Each verdict.json's claims decided again from its own table; 1 when one differs."""
-    code = 0
-    for path in paths:
-        path = path / "verdict.json" if path.is_dir() else path
-        record = read_verdict(path)
-        if record is None or "table" not in record:
-            console.print(f"error: {path} holds no verdict table to recompute", markup=False)
-            code = 1
-            continue
-        again = recompute(record)
-        differs = [
-            a["id"] for a, b in zip(again, record["claims"], strict=False) if text(a) != text(b)
-        ]
-        if len(again) != len(record["claims"]):
-            differs.append("the number of claims")
-        same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"
-        registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
-        console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
-        code = max(code, int(bool(differs)))
     return code
 
 

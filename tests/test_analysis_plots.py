@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import plots, runs, variants, xy
+from analysis import init_figures, plots, runs, variants, xy
 from scripts import compare
 from tests.helpers import fake_run
 
@@ -302,7 +302,9 @@ def test_init_figures_pool_over_the_optimizer_and_wrap_into_rows(tmp_path: Path)
         Probe({"placement": f"p{i}", "n_layer": 4, "seed": 0}, [1.0] * 4, [1.0] * 4, None, "probe")
         for i in range(9)
     ]
-    name = plots.plot_per_layer(probe_groups(many), "grad_norm", "g", tmp_path, "g.png", False)
+    name = init_figures.plot_per_layer(
+        probe_groups(many), "grad_norm", "g", tmp_path, "g.png", False
+    )
     width, height = Image.open(tmp_path / name).size
     # 9 panels: 3 rows of 4 at most, about 4 panels wide (was one strip of 9)
     assert width < 2 * height * 4 / 3 and width < 2500

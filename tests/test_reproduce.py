@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.findings import FINDINGS
-from experiments import reproduce
+from experiments import registry, reproduce
 from experiments import sweep as reproduce_sweep
 from models.placement import PLACEMENTS
 
@@ -369,7 +369,7 @@ def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
 
     path = tmp_path / "frozen.json"
     monkeypatch.setattr(findings, "FROZEN", path)
-    monkeypatch.setattr(reproduce, "FROZEN", path)
+    monkeypatch.setattr(registry, "FROZEN", path)
     assert reproduce.main(["--freeze"]) == 0
     record = json.loads(path.read_text())
     f2b = FINDINGS["f2"].claims[1]

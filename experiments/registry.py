@@ -1,0 +1,77 @@
+"""The reproduce command's two modes on the declared registry rather than on a sweep:
+``--freeze`` (frozen.json: every claim's hash and its fresh seeds) and ``--recompute`` (each
+published verdict decided again from its own table)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from analysis.findings import FINDINGS, FROZEN, frozen, hash_now, recompute
+from analysis.findings.declare import Frozen, claim_hash
+from experiments.sweep import ROOT, console
+from experiments.verdicts import read_verdict
+
+
+def freeze() -> int:
+    """Write frozen.json: the registry's hash, each claim's hash and first fresh seed, the date
+    and the commit. A second freeze keeps the entries of every finding none of whose claims
+    changed; a finding with a new or changed claim runs again, so all its claims get seeds past
+    every seed handed out before (a confirmatory run is never repeated on seeds it has seen)."""
+    import datetime
+    import subprocess
+
+    before = frozen() or Frozen("")
+    first, claims, changed = before.next_seed, {}, []
+    for finding in FINDINGS.values():
+        moved = [c.id for c in finding.claims
+                 if (before.claims.get(c.id) or {}).get("hash") != claim_hash(c)]  # fmt: skip
+        for claim in finding.claims:
+            if moved:  # the finding runs again: every claim of it on the new seeds
+                claims[claim.id] = {"hash": claim_hash(claim), "first_seed": first}
+            else:  # unchanged: its seeds and any verdict on them stand
+                claims[claim.id] = before.claims[claim.id]
+        changed += moved
+    if before.claims:
+        console.print(
+            f"refreezing: new or changed since the last freeze: {', '.join(changed) or 'none'}"
+        )
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=ROOT, check=False)  # fmt: skip
+    step = 1000 if changed else 0  # the next freeze's seeds lie past every one handed out
+    record = Frozen(hash_now(), claims, first + step, datetime.date.today().isoformat(),
+                    git.stdout.strip())  # fmt: skip
+    FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
+    seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
+    console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
+                  f"new or changed ones: {seeds} -> {FROZEN}")  # fmt: skip
+    return 0
+
+
+def text(verdict: dict) -> str:
+    """A verdict as JSON text: what verdict.json holds, compared byte for byte (NaN included)."""
+    return json.dumps(verdict, sort_keys=True)
+
+
+def recompute_all(paths: list[Path]) -> int:
+    """Each verdict.json's claims decided again from its own table; 1 when one differs."""
+    code = 0
+    for path in paths:
+        path = path / "verdict.json" if path.is_dir() else path
+        record = read_verdict(path)
+        if record is None or "table" not in record:
+            console.print(f"error: {path} holds no verdict table to recompute", markup=False)
+            code = 1
+            continue
+        again = recompute(record)
+        differs = [
+            a["id"] for a, b in zip(again, record["claims"], strict=False) if text(a) != text(b)
+        ]
+        if len(again) != len(record["claims"]):
+            differs.append("the number of claims")
+        same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"
+        registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
+        console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
+        code = max(code, int(bool(differs)))
+    return code
