@@ -322,6 +322,42 @@ F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 
       P("diff", (pre("dyt"), pre("layernorm")), CLOSE, "within"), departs=SHORT),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
+CAP, CLIP, GATE = "model.attn_softcap", "model.qk_clip", "model.attn_gate"
+# F16's arms: the unprotected baseline, and each control changing one thing of it
+UNPROTECTED = {QK: False, CAP: None, CLIP: None, "model.sigma_reparam": False, GATE: None,
+               "optim.name": "adamw"}
+CONTROL = lambda **one: {**UNPROTECTED, **one}  # noqa: E731
+QKNORM, SOFTCAP = CONTROL(**{QK: True}), CONTROL(**{CAP: 50.0})
+QKCAP = CONTROL(**{QK: True, CAP: 50.0})
+SIGMA_ARM, GATED = CONTROL(**{"model.sigma_reparam": True}), CONTROL(**{GATE: "headwise"})
+MUON, KIMI_TAU = CONTROL(**{"optim.name": "muon"}), 100.0
+CLIPPED = CONTROL(**{"optim.name": "muon", CLIP: KIMI_TAU})
+F16 = Finding("f16_logit_controls", "F16: the logit-control league at each control's own rates", (
+    C("F16a", "QK-norm with soft-capping keeps its loss within 0.1 nats of its best up to 1.5x "
+      "further above its best rate than QK-norm alone", "Rybakov et al. 2024",
+      P("curve_ratio", (QKCAP, QKNORM), 1.5, "above", stat="span_up", measure=LOSS),
+      lr="curve", departs="the paper's stable rate (no divergence) read as the span of rates "
+              "within 0.1 nats of the best; " + SHORT),
+    C("F16b", "QK-clip holds the largest attention logit near tau (100) at the top rate",
+      "Kimi Team 2025", P("mean", ({**CLIPPED, "lr": MAX},), 1.5 * KIMI_TAU, "below",
+                          measure="peak_logit"), lr="curve",
+      gate=Gate("the logits stay under tau without QK-clip: nothing for it to clip",
+                P("mean", ({**MUON, "lr": MAX},), KIMI_TAU, "above", measure="peak_logit")),
+      departs=SHORT),
+    C("F16c", "QK-clip costs no loss: its best loss is within 0.05 nats of Muon's without it",
+      "Kimi Team 2025", P("curve", (CLIPPED, MUON), CLOSE, "below", stat="best", measure=LOSS),
+      lr="curve", departs=SHORT),
+    C("F16d", "Each logit control lowers the LR sensitivity of the unprotected model",
+      "Wortsman et al. 2023; Rybakov et al. 2024; Zhai et al. 2023; Qiu et al. 2025",
+      *(P("curve", (UNPROTECTED, arm), SENS_GAP, "above", measure=LOSS)
+        for arm in (QKNORM, QKCAP, SOFTCAP, SIGMA_ARM, GATED)), lr="curve", departs=SHORT),
+    C("F16e", "Gated attention keeps its loss within 0.1 nats of its best further above its "
+      "best rate than the unprotected model", "Qiu et al. 2025",
+      P("curve_ratio", (GATED, UNPROTECTED), 1.0, "above", stat="span_up", measure=LOSS),
+      lr="curve", departs=SHORT),
+), plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
+   figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),))
+
 SIGMA = "model.sigma_reparam"
 PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
 COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
@@ -430,6 +466,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
-    "f15": F15, "f17": F17,
+    "f15": F15, "f16": F16, "f17": F17,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
