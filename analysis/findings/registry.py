@@ -358,6 +358,29 @@ F16 = Finding("f16_logit_controls", "F16: the logit-control league at each contr
 ), plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
    figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),))
 
+ZHU, XIE = "Zhu et al. 2025", "Xie et al. 2025"
+LEAGUE_SIZE = ("200 steps of a 12-layer d=64 GPT; the papers' gains are a few hundredths of a nat "
+               "at 1B parameters and more")
+PLAIN_SUM = at("pre", **{"model.connection": "residual", "model.attn_gate": None})
+TOPOLOGY = lambda **one: {**PLAIN_SUM, **one}  # noqa: E731
+HC4 = TOPOLOGY(**{"model.connection": "hc", "model.streams": 4, "model.fracs": 1})
+MHC4 = TOPOLOGY(**{"model.connection": "mhc", "model.streams": 4})
+FRAC2 = TOPOLOGY(**{"model.connection": "hc", "model.streams": 1, "model.fracs": 2})
+GATED12 = TOPOLOGY(**{"model.attn_gate": "headwise"})
+F19 = Finding("f19_topologies", "F19: residual topologies and gated attention at the league's "
+              "depth, each at its stable best learning rate", (
+    C("F19a", "Hyper-connections (4 streams) end below Pre-LN's plain residual sum", ZHU,
+      P("diff", (HC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19b", "Manifold-constrained hyper-connections end below Pre-LN's plain sum", XIE,
+      P("diff", (MHC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19c", "Manifold-constrained hyper-connections end at least as well as hyper-connections",
+      XIE, P("diff", (MHC4, HC4), CLOSE, "below"), departs=LEAGUE_SIZE),
+    C("F19d", "Frac-connections (2 fractions) end below Pre-LN's plain sum",
+      "Zhu et al. 2025b", P("diff", (FRAC2, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19e", "Head-wise gated attention ends below Pre-LN without it", "Qiu et al. 2025",
+      P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
 SIGMA = "model.sigma_reparam"
 PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
 COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
@@ -466,6 +489,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
-    "f15": F15, "f16": F16, "f17": F17,
+    "f15": F15, "f16": F16, "f17": F17, "f19": F19,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
