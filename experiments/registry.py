@@ -8,23 +8,34 @@ import dataclasses
 import json
 from pathlib import Path
 
-from analysis.findings import FINDINGS, FROZEN, frozen, hash_now, recompute
+from analysis.findings import ALIASES, FINDINGS, FROZEN, frozen, hash_now, recompute
 from analysis.findings.declare import Frozen, claim_hash
 from experiments.sweep import ROOT, console
 from experiments.verdicts import read_verdict
 
 
-def freeze() -> int:
+def freeze(only: list[str] | None = None) -> int:
     """Write frozen.json: the registry's hash, each claim's hash and first fresh seed, the date
     and the commit. A second freeze keeps the entries of every finding none of whose claims
     changed; a finding with a new or changed claim runs again, so all its claims get seeds past
-    every seed handed out before (a confirmatory run is never repeated on seeds it has seen)."""
+    every seed handed out before (a confirmatory run is never repeated on seeds it has seen).
+    ``only`` (finding names): freeze those; every other finding keeps its entries, or stays
+    unfrozen (its pilots still to run)."""
     import datetime
     import subprocess
 
+    names = [ALIASES.get(n, n) for n in only or []]
+    if unknown := [n for n in names if n not in FINDINGS]:
+        raise SystemExit(
+            f"error: --freeze {' '.join(unknown)}: no such finding; choose from "
+            f"{', '.join(FINDINGS)}"
+        )
     before = frozen() or Frozen("")
     first, claims, changed = before.next_seed, {}, []
-    for finding in FINDINGS.values():
+    for name, finding in FINDINGS.items():
+        if names and name not in names:
+            claims |= {c.id: before.claims[c.id] for c in finding.claims if c.id in before.claims}
+            continue
         moved = [c.id for c in finding.claims
                  if (before.claims.get(c.id) or {}).get("hash") != claim_hash(c)]  # fmt: skip
         for claim in finding.claims:

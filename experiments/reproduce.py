@@ -95,12 +95,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
     p.add_argument(
         "--freeze",
-        action="store_true",
-        help="freeze the registry: record every claim's hash and the fresh seeds the "
-        "confirmatory runs take (analysis/findings/frozen.json)",
+        nargs="*",
+        default=None,
+        metavar="FINDING",
+        help="freeze the registry: record each claim's hash and the fresh seeds the "
+        "confirmatory runs take (analysis/findings/frozen.json); with findings named, only "
+        "theirs (the others stay as the last freeze left them)",
     )
     args = p.parse_intermixed_args(argv)
-    if sum([args.finding is not None, args.recompute is not None, args.freeze]) != 1:
+    if sum([args.finding is not None, args.recompute is not None, args.freeze is not None]) != 1:
         p.error("name a finding (or all), or --recompute DIR..., or --freeze")
     return args
 
@@ -187,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.recompute:
         return registry.recompute_all(args.recompute)
-    if args.freeze:
-        return registry.freeze()
+    if args.freeze is not None:
+        return registry.freeze(args.freeze)
     if args.finding == "all":
         return reproduce_all(args)
     try:

@@ -12,10 +12,15 @@ out of date (the tests run it).
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
-import sys
-from pathlib import Path
 
 from analysis.findings import FINDINGS, hash_now
 from analysis.findings.declare import Claim, claim_hash, rule_text

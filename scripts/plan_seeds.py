@@ -2,18 +2,24 @@
 
     python -m scripts.plan_seeds [--pilots docs/findings]
 
-Each finding's pilot is its published report (DIR/<finding>/report/report.json): its runs are
-read into the finding's table and every effect estimated as the judge would; a claim needs the
+Each finding's pilot is its published verdict's table (DIR/<finding>/verdict.json; else its
+report, report/report.json, read into the finding's table), every effect estimated as the judge
+would; a claim needs the
 largest n any of its effects needs. A claim whose pilot lacks its per-run values (probe-derived
 measures: the pilots' run dirs are not kept) gets the floor, and the table says so.
 """
 
 from __future__ import annotations
 
+import sys  # noqa: I001
+from pathlib import Path
+
+# This checkout's packages, never an installed copy of another (python scripts/x.py puts
+# scripts/ first on sys.path, not the checkout).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
-import sys
-from pathlib import Path
 
 from analysis import power
 from analysis.findings import FINDINGS, decide_finding
@@ -63,16 +69,28 @@ def part_seeds(part, effect: dict) -> tuple[int | None, bool]:
     return n, False
 
 
+def pilot_table(name: str, finding, folder: Path) -> dict | None:
+    """The pilot's per-run table as the judge read it: verdict.json's own (it holds every value
+    a claim reads, the curves' first train losses included), else one built from the report."""
+    verdict_path, report_path = folder / "verdict.json", folder / "report" / "report.json"
+    if verdict_path.is_file():
+        verdict = json.loads(verdict_path.read_text())
+        if verdict.get("finding") == name and "table" in verdict:
+            return verdict["table"]
+    if not report_path.is_file():
+        return None
+    cfg = compose(finding.experiment, [])
+    return decide_finding(name, json.loads(report_path.read_text()), read_reproduce(cfg))[0]
+
+
 def plan(pilots: Path) -> list[tuple[str, str, int, str]]:
     out = []
     for name, finding in FINDINGS.items():
         folder = pilots / ("f6" if name == "f13" else name)
-        report_path = folder / "report" / "report.json"
-        if not report_path.is_file():
+        table = pilot_table(name, finding, folder)
+        if table is None:
             out += [(name, c.id, c.seeds, "no pilot report") for c in finding.claims]
             continue
-        cfg = compose(finding.experiment, [])
-        table, _ = decide_finding(name, json.loads(report_path.read_text()), read_reproduce(cfg))
         for claim in finding.claims:
             needs, said, rate = [], [], False
             for part in claim.parts:

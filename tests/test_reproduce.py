@@ -389,6 +389,25 @@ def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
     assert again["claims"]["F3a"]["first_seed"] == 1000  # another finding: its seeds stand
 
 
+def test_a_freeze_of_named_findings_leaves_the_others_as_they_were(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import analysis.findings as findings
+
+    path = tmp_path / "frozen.json"
+    monkeypatch.setattr(findings, "FROZEN", path)
+    monkeypatch.setattr(registry, "FROZEN", path)
+    assert reproduce.main(["--freeze", "f2"]) == 0
+    claims = json.loads(path.read_text())["claims"]
+    assert set(claims) == {c.id for c in FINDINGS["f2"].claims}  # the rest unfrozen: pilots
+    assert reproduce.main(["--freeze", "f4"]) == 0  # an alias: F3's sweep, F2's entries stand
+    again = json.loads(path.read_text())
+    assert again["claims"]["F2a"] == claims["F2a"]
+    assert again["claims"]["F3a"]["first_seed"] == 2000 and "F5" not in str(again["claims"])
+    with pytest.raises(SystemExit, match="no such finding"):
+        reproduce.main(["--freeze", "f99"])
+
+
 def test_an_arm_on_the_grids_rates_keeps_the_grid_seeds(monkeypatch) -> None:
     """The league's OLMo 2 arm runs on the grid's rates: it chooses its rate like the grid, so
     it keeps the grid's seeds after the freeze; only an arm at one fixed rate decides."""

@@ -389,12 +389,12 @@ F15 = Finding("f15_sigma_reparam", "F15: sigmaReparam against attention entropy 
     C("F15a", "sigmaReparam keeps attention entropy above 0.1 nats at every swept rate, where "
       "it collapses without", ZHAI,
       P("every", ({QK: False, SIGMA: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"),
-      lr="curve", gate=COLLAPSES, departs=SHORT),
+      lr="curve", gate=COLLAPSES, departs=SHORT, seeds=10),
     C("F15b", "At lr 0.3, where the plain runs turn unstable, sigmaReparam's runs diverge or "
       "stall less often than the plain runs", ZHAI,
       P("rate2", ({QK: False, SIGMA: False, "lr": 0.3}, {QK: False, SIGMA: True, "lr": 0.3}),
         0.0, "above", event="not_trained"),
-      lr="fixed", gate=COLLAPSES, seeds=RATE_SEEDS, departs=SHORT),
+      lr="fixed", gate=COLLAPSES, seeds=12, departs=SHORT),
 ), plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "lr_sensitivity.png"),
    figures=F10.figures)
 
@@ -407,10 +407,10 @@ def size(param: str, placement: str = "pre", **shape: int) -> dict:
     return {"param": param, "placement": placement, **shape}
 
 
-def stays(cid: str, statement: str, source: str, small: dict, large: dict) -> Claim:
+def stays(cid: str, statement: str, source: str, small: dict, large: dict, seeds: int = SEEDS):
     """F14's "the best lr transfers": the optimum moves less than BAND decades."""
     return C(cid, statement, source, P("curve", (small, large), BAND, "within",
-             stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY)  # fmt: skip
+             stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY, seeds=seeds)  # fmt: skip
 
 
 SHALLOW, DEEP = {"n_embd": 32, "n_layer": 2}, {"n_embd": 32, "n_layer": 8}
@@ -422,12 +422,12 @@ F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across 
     stays("F14b", "Under muP the best learning rate stays as the model widens 4x", YANG,
           size("mup", n_embd=32, n_layer=2), size("mup", n_embd=128, n_layer=2)),
     stays("F14c", "Under CompleteP Pre-LN's best learning rate stays as it deepens 4x", DEY,
-          size("completep", **SHALLOW), size("completep", **DEEP)),
+          size("completep", **SHALLOW), size("completep", **DEEP), seeds=10),
     *(stays(f"F14d-{p}", f"Under CompleteP {name}'s best learning rate stays as it deepens 4x",
             f"{DEY} (reported for Pre-LN only)", size("completep", p, **SHALLOW),
-            size("completep", p, **DEEP))
-      for p, name in (("post", "Post-LN"), ("sandwich", "Peri-LN"), ("deepnorm", "DeepNorm"),
-                      ("lns", "LNS"), ("mix", "Mix-LN"))),
+            size("completep", p, **DEEP), seeds=n)
+      for p, name, n in (("post", "Post-LN", 10), ("sandwich", "Peri-LN", 10),
+                         ("deepnorm", "DeepNorm", 5), ("lns", "LNS", 10), ("mix", "Mix-LN", 10))),
     C("F14e", "Under SP Pre-LN's best learning rate moves as it deepens 4x", DEY,
       P("curve", (size("sp", **SHALLOW), size("sp", **DEEP)), SHIFT, "above", stat="log_best_lr",
         measure=LOSS), lr="curve", departs=TINY),
