@@ -310,16 +310,24 @@ def pre(norm: str) -> dict:
     return {"placement": "pre", "norm": norm}
 
 
+# DyT with one a (0.5, its module default) and with the attention input's apart (Zhu et al.'s
+# LLaMA 7B init: 0.8 before attention, 0.2 elsewhere)
+DYT = {**pre("dyt"), "norm.alpha": 0.5, "norm.alpha_attn": None}
+DYT_APART = {**pre("dyt"), "norm.alpha": 0.2, "norm.alpha_attn": 0.8}
 F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 against "
               "LayerNorm and RMSNorm", (
     C("F17a", "Derf ends below LayerNorm", "Chen et al. 2025",
       P("diff", (pre("derf"), pre("layernorm")), 0.0, "below"), departs=SHORT),
     C("F17b", "Derf ends below DyT", "Chen et al. 2025",
-      P("diff", (pre("derf"), pre("dyt")), 0.0, "below"), departs=SHORT),
+      P("diff", (pre("derf"), DYT), 0.0, "below"), departs=SHORT),
     C("F17c", "SeeDNorm ends below RMSNorm", "Cai et al. 2025",
       P("diff", (pre("seednorm"), pre("rmsnorm")), 0.0, "below"), departs=SHORT),
     C("F17d", "DyT matches LayerNorm", "Zhu et al. 2025",
-      P("diff", (pre("dyt"), pre("layernorm")), CLOSE, "within"), departs=SHORT),
+      P("diff", (DYT, pre("layernorm")), CLOSE, "within"), departs=SHORT),
+    C("F17e", "DyT with the attention input's a apart (0.8 there, 0.2 elsewhere) matches "
+      "LayerNorm", "Zhu et al. 2025 (their LLaMA 7B init)",
+      P("diff", (DYT_APART, pre("layernorm")), CLOSE, "within"),
+      departs=SHORT + "; the init was tuned at 7B"),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 CAP, CLIP, GATE = "model.attn_softcap", "model.qk_clip", "model.attn_gate"
