@@ -363,9 +363,20 @@ class GPTConfig(BlockConfig):
     # Embed"), and a norm of the model's kind on the embeddings, positions added ("Embed LN")
     emb_scale: bool = False
     emb_norm: bool = False
+    # a learnable scalar on the summed embeddings, init sqrt(n_embd): DyT's LLaMA code and Derf's
+    # nanoGPT patch run their norm-free language models with it (without, a tanh or erf norm
+    # passes the 0.02-scale embeddings on 50x smaller than LayerNorm would)
+    emb_gain: bool = False
 
     causal: ClassVar[bool] = True
     positive_fields: ClassVar[tuple[str, ...]] = ("vocab_size", "block_size")
+
+    def check_model(self) -> None:
+        if self.emb_gain and self.emb_scale:
+            raise ValueError(
+                "model.emb_gain and model.emb_scale both scale the embeddings by sqrt(n_embd) "
+                "(learnable and fixed): set one of them false"
+            )
 
 
 POOLS = ("cls", "mean")

@@ -30,6 +30,9 @@ class GPT(Stack):
         # Takase et al. 2023: embeddings times sqrt(d) ("Scaled Embed"), a norm on them ("Embed LN")
         self.emb_scale = math.sqrt(cfg.n_embd) if cfg.emb_scale else None
         self.emb_norm = cfg.norm.build(cfg.n_embd) if cfg.emb_norm else nn.Identity()
+        # DyT's and Derf's language models: (token + position embeddings) x g, g learnable
+        gain = torch.full((1,), math.sqrt(cfg.n_embd))
+        self.emb_gain = nn.Parameter(gain) if cfg.emb_gain else None
         self.build_stack(cfg, n_out=cfg.vocab_size)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.init_stack(cfg)
@@ -72,6 +75,8 @@ class GPT(Stack):
             x = x * self.emb_scale
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        if self.emb_gain is not None:
+            x = x * self.emb_gain
         x = self.drop(self.emb_norm(x))
         x = self.run_blocks(x)
         logits = self.logit_scale(self.lm_head(self.final_norm(x)))  # (B, T, V)

@@ -174,3 +174,16 @@ def test_f18s_spike_measures_by_hand():
     assert update_lead(c) == -20.0
     c.metrics["spike/loss_z"] = [(s, 0.5) for s in range(64, 100)]
     assert update_lead(c) is None  # no loss spike: the run says nothing
+
+
+def test_norm_saturation_is_the_mean_over_layers_at_the_last_probe():
+    from analysis.findings.measures import Context, norm_saturation
+
+    c = Context({"run_dir": "unused"}, 2, {"max_steps": 100})
+    c.metrics = {
+        "saturation/norm/layer_0": [(0, 0.0), (50, 0.1), (100, 0.2)],
+        "saturation/norm/layer_1": [(0, 0.0), (100, 0.4)],
+    }
+    assert norm_saturation(c) == pytest.approx(0.3)  # (0.2 + 0.4) / 2
+    c.metrics = {"saturation/norm/layer_0": [(0, 0.5)]}  # one layer never logged: no value
+    assert norm_saturation(c) is None

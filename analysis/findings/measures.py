@@ -143,6 +143,13 @@ def update_lead(c: Context) -> float | None:
     return float(loss - (update if update is not None and update <= loss else end))
 
 
+def norm_saturation(c: Context) -> float | None:
+    """The share of DyT / Derf units in saturation at the last probe, the mean over the layers
+    (None for a run with no such norm, or whose saturation probe never logged)."""
+    last = at_layers(c, f"{names.SATURATION}/norm", -1)
+    return sum(last) / len(last) if last else None
+
+
 def summary_value(c: Context, key: str) -> float | None:
     value = (run_summary(Path(c.run["run_dir"])) or {}).get(key)
     return float(value) if isinstance(value, int | float) else None
@@ -180,6 +187,7 @@ MEASURES: dict[str, Measure] = {
     "update_lead": update_lead,
     "skipped_steps": lambda c: summary_value(c, "skipped_steps"),  # optim.guards skip_step
     "clipped_updates": lambda c: summary_value(c, "clipped_updates"),  # clip_update
+    "norm_saturation": norm_saturation,  # F20: DyT's saturated share at the end
 }
 CURVE_MEASURES = ("final_val_loss", "first_train_loss")  # what a loss-vs-lr curve reads
 PROBE_MEASURES = ("last_fc2", "act_ratio")  # F1: probe.json's per-seed values at init

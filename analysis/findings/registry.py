@@ -312,14 +312,16 @@ def pre(norm: str) -> dict:
 
 # DyT with one a (0.5, its module default) and with the attention input's apart (Zhu et al.'s
 # LLaMA 7B init: 0.8 before attention, 0.2 elsewhere)
-DYT = {**pre("dyt"), "norm.alpha": 0.5, "norm.alpha_attn": None}
-DYT_APART = {**pre("dyt"), "norm.alpha": 0.2, "norm.alpha_attn": 0.8}
+GAIN = {"model.emb_gain": True}  # DyT and Derf as their authors' language models run
+DYT = {**pre("dyt"), "norm.alpha": 0.5, "norm.alpha_attn": None, **GAIN}
+DYT_APART = {**pre("dyt"), "norm.alpha": 0.2, "norm.alpha_attn": 0.8, **GAIN}
+DERF = {**pre("derf"), **GAIN}
 F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 against "
               "LayerNorm and RMSNorm", (
     C("F17a", "Derf ends below LayerNorm", "Chen et al. 2025",
-      P("diff", (pre("derf"), pre("layernorm")), 0.0, "below"), departs=SHORT),
+      P("diff", (DERF, pre("layernorm")), 0.0, "below"), departs=SHORT),
     C("F17b", "Derf ends below DyT", "Chen et al. 2025",
-      P("diff", (pre("derf"), DYT), 0.0, "below"), departs=SHORT),
+      P("diff", (DERF, DYT), 0.0, "below"), departs=SHORT),
     C("F17c", "SeeDNorm ends below RMSNorm", "Cai et al. 2025",
       P("diff", (pre("seednorm"), pre("rmsnorm")), 0.0, "below"), departs=SHORT),
     C("F17d", "DyT matches LayerNorm", "Zhu et al. 2025",
@@ -388,6 +390,21 @@ F19 = Finding("f19_topologies", "F19: residual topologies and gated attention at
     C("F19e", "Head-wise gated attention ends below Pre-LN without it", "Qiu et al. 2025",
       P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
+
+STEPS, SHORT_RUN, LONG_RUN_STEPS = "max_steps", 200, 3200
+F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget grows", (
+    C("F20a", "DyT's loss relative to LayerNorm's worsens as the token budget grows 16x",
+      "Verma 2026", P("contrast", ({**DYT, STEPS: LONG_RUN_STEPS}, {**pre("layernorm"),
+                                   STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN},
+                                   {**pre("layernorm"), STEPS: SHORT_RUN}), 0.0, "above",
+                      weights=(1, -1, -1, 1)), lr="fixed",
+      departs="0.2M and 3.3M tokens for a 0.4M-parameter GPT (0.5 and 8 tokens a parameter): "
+              "the paper's 64M model saw 1M and 118M (0.016 and 1.8), a regime whose tokens "
+              "per parameter leave a model this small at the unigram plateau"),
+    C("F20b", "DyT's share of saturated units grows with the token budget", "Verma 2026",
+      P("ratio2", ({**DYT, STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN}), 1.0, "above",
+        measure="norm_saturation"), lr="fixed", departs=SHORT),
+), plots=("loss_curves.png",))
 
 SIGMA = "model.sigma_reparam"
 PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
@@ -497,6 +514,6 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
-    "f15": F15, "f16": F16, "f17": F17, "f19": F19,
+    "f15": F15, "f16": F16, "f17": F17, "f19": F19, "f20": F20,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

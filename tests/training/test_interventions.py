@@ -116,6 +116,26 @@ def test_spike_no_more_embeddings_by_hand():
     assert set(plain.state_dict()) == set(GPT(GPTConfig(**TINY)).state_dict())  # off: as before
 
 
+def test_the_embedding_gain_is_dyt_and_derfs_learnable_sqrt_d():
+    """model.emb_gain: (token + position embeddings) x g, g learnable from sqrt(n_embd), as
+    DyT's LLaMA code and Derf's nanoGPT patch; refused beside the fixed emb_scale."""
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(**TINY))
+    x = batches(1)[0][0]
+    gained = GPT(GPTConfig(**TINY, emb_gain=True))
+    missing = gained.load_state_dict(plain.state_dict(), strict=False).missing_keys
+    assert missing == ["emb_gain"] and gained.emb_gain.item() == math.sqrt(TINY["n_embd"])
+    captured = []
+    gained.blocks[0].register_forward_pre_hook(lambda m, args: captured.append(args[0]))
+    _, loss = gained(x, x)
+    e = plain.tok_emb(x) + plain.pos_emb(torch.arange(x.shape[1]))
+    torch.testing.assert_close(captured[0], e * math.sqrt(TINY["n_embd"]))
+    loss.backward()
+    assert gained.emb_gain.grad is not None and gained.emb_gain.grad.abs() > 0
+    with pytest.raises(ValueError, match="set one of them false"):
+        GPTConfig(**TINY, emb_gain=True, emb_scale=True)
+
+
 def test_simulated_precision_rounds_forward_and_passes_gradients_straight():
     x = torch.tensor([1.0 + 2**-12, 70000.0, -3.0], requires_grad=True)
     y = rounded(x, torch.float16)
