@@ -1,0 +1,175 @@
+"""The findings of the 2025-26 round (F14-F17, F19, F20), declared in the registry's words
+(analysis/findings/vocabulary.py); analysis/findings/registry.py lists them with the rest."""
+
+from __future__ import annotations
+
+from analysis.findings.declare import EACH, Finding, Gate
+from analysis.findings.vocabulary import (
+    BAND,
+    CLOSE,
+    ENTROPY_FIGURES,
+    FLOOR,
+    LOSS,
+    MAX,
+    QK,
+    SEEDS,
+    SENS_GAP,
+    SHIFT,
+    SHORT,
+    ZHAI,
+    C,
+    Figure,
+    P,
+    at,
+    pre,
+)
+
+# fmt: off
+# DyT with one a (0.5, its module default) and with the attention input's apart (Zhu et al.'s
+# LLaMA 7B init: 0.8 before attention, 0.2 elsewhere)
+GAIN = {"model.emb_gain": True}  # DyT and Derf as their authors' language models run
+DYT = {**pre("dyt"), "norm.alpha": 0.5, "norm.alpha_attn": None, **GAIN}
+DYT_APART = {**pre("dyt"), "norm.alpha": 0.2, "norm.alpha_attn": 0.8, **GAIN}
+DERF = {**pre("derf"), **GAIN}
+F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 against "
+              "LayerNorm and RMSNorm", (
+    C("F17a", "Derf ends below LayerNorm", "Chen et al. 2025",
+      P("diff", (DERF, pre("layernorm")), 0.0, "below"), departs=SHORT),
+    C("F17b", "Derf ends below DyT", "Chen et al. 2025",
+      P("diff", (DERF, DYT), 0.0, "below"), departs=SHORT),
+    C("F17c", "SeeDNorm ends below RMSNorm", "Cai et al. 2025",
+      P("diff", (pre("seednorm"), pre("rmsnorm")), 0.0, "below"), departs=SHORT),
+    C("F17d", "DyT matches LayerNorm", "Zhu et al. 2025",
+      P("diff", (DYT, pre("layernorm")), CLOSE, "within"), departs=SHORT),
+    C("F17e", "DyT with the attention input's a apart (0.8 there, 0.2 elsewhere) matches "
+      "LayerNorm", "Zhu et al. 2025 (their LLaMA 7B init)",
+      P("diff", (DYT_APART, pre("layernorm")), CLOSE, "within"),
+      departs=SHORT + "; the init was tuned at 7B"),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
+CAP, CLIP, GATE = "model.attn_softcap", "model.qk_clip", "model.attn_gate"
+# F16's arms: the unprotected baseline, and each control changing one thing of it
+UNPROTECTED = {QK: False, CAP: None, CLIP: None, "model.sigma_reparam": False, GATE: None,
+               "optim.name": "adamw"}
+CONTROL = lambda **one: {**UNPROTECTED, **one}  # noqa: E731
+QKNORM, SOFTCAP = CONTROL(**{QK: True}), CONTROL(**{CAP: 50.0})
+QKCAP = CONTROL(**{QK: True, CAP: 50.0})
+SIGMA_ARM, GATED = CONTROL(**{"model.sigma_reparam": True}), CONTROL(**{GATE: "headwise"})
+MUON, KIMI_TAU = CONTROL(**{"optim.name": "muon"}), 100.0
+CLIPPED = CONTROL(**{"optim.name": "muon", CLIP: KIMI_TAU})
+F16 = Finding("f16_logit_controls", "F16: the logit-control league at each control's own rates", (
+    C("F16a", "QK-norm with soft-capping keeps its loss within 0.1 nats of its best up to 1.5x "
+      "further above its best rate than QK-norm alone", "Rybakov et al. 2024",
+      P("curve_ratio", (QKCAP, QKNORM), 1.5, "above", stat="span_up", measure=LOSS),
+      lr="curve", departs="the paper's stable rate (no divergence) read as the span of rates "
+              "within 0.1 nats of the best; " + SHORT),
+    C("F16b", "QK-clip holds the largest attention logit near tau (100) at the top rate",
+      "Kimi Team 2025", P("mean", ({**CLIPPED, "lr": MAX},), 1.5 * KIMI_TAU, "below",
+                          measure="peak_logit"), lr="curve",
+      gate=Gate("the logits stay under tau without QK-clip: nothing for it to clip",
+                P("mean", ({**MUON, "lr": MAX},), KIMI_TAU, "above", measure="peak_logit")),
+      departs=SHORT),
+    C("F16c", "QK-clip costs no loss: its best loss is within 0.05 nats of Muon's without it",
+      "Kimi Team 2025", P("curve", (CLIPPED, MUON), CLOSE, "below", stat="best", measure=LOSS),
+      lr="curve", departs=SHORT),
+    C("F16d", "Each logit control lowers the LR sensitivity of the unprotected model",
+      "Wortsman et al. 2023; Rybakov et al. 2024; Zhai et al. 2023; Qiu et al. 2025",
+      *(P("curve", (UNPROTECTED, arm), SENS_GAP, "above", measure=LOSS)
+        for arm in (QKNORM, QKCAP, SOFTCAP, SIGMA_ARM, GATED)), lr="curve", departs=SHORT),
+    C("F16e", "Gated attention keeps its loss within 0.1 nats of its best further above its "
+      "best rate than the unprotected model", "Qiu et al. 2025",
+      P("curve_ratio", (GATED, UNPROTECTED), 1.0, "above", stat="span_up", measure=LOSS),
+      lr="curve", departs=SHORT),
+), plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
+   figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),))
+
+ZHU, XIE = "Zhu et al. 2025", "Xie et al. 2025"
+LEAGUE_SIZE = ("200 steps of a 12-layer d=64 GPT; the papers' gains are a few hundredths of a nat "
+               "at 1B parameters and more")
+PLAIN_SUM = at("pre", **{"model.connection": "residual", "model.attn_gate": None})
+TOPOLOGY = lambda **one: {**PLAIN_SUM, **one}  # noqa: E731
+HC4 = TOPOLOGY(**{"model.connection": "hc", "model.streams": 4, "model.fracs": 1})
+MHC4 = TOPOLOGY(**{"model.connection": "mhc", "model.streams": 4})
+FRAC2 = TOPOLOGY(**{"model.connection": "hc", "model.streams": 1, "model.fracs": 2})
+GATED12 = TOPOLOGY(**{"model.attn_gate": "headwise"})
+F19 = Finding("f19_topologies", "F19: residual topologies and gated attention at the league's "
+              "depth, each at its stable best learning rate", (
+    C("F19a", "Hyper-connections (4 streams) end below Pre-LN's plain residual sum", ZHU,
+      P("diff", (HC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19b", "Manifold-constrained hyper-connections end below Pre-LN's plain sum", XIE,
+      P("diff", (MHC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19c", "Manifold-constrained hyper-connections end at least as well as hyper-connections",
+      XIE, P("diff", (MHC4, HC4), CLOSE, "below"), departs=LEAGUE_SIZE),
+    C("F19d", "Frac-connections (2 fractions) end below Pre-LN's plain sum",
+      "Zhu et al. 2025b", P("diff", (FRAC2, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+    C("F19e", "Head-wise gated attention ends below Pre-LN without it", "Qiu et al. 2025",
+      P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
+STEPS, SHORT_RUN, LONG_RUN_STEPS = "max_steps", 200, 3200
+F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget grows", (
+    C("F20a", "DyT's loss relative to LayerNorm's worsens as the token budget grows 16x",
+      "Verma 2026", P("contrast", ({**DYT, STEPS: LONG_RUN_STEPS}, {**pre("layernorm"),
+                                   STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN},
+                                   {**pre("layernorm"), STEPS: SHORT_RUN}), 0.0, "above",
+                      weights=(1, -1, -1, 1)), lr="fixed",
+      departs="0.2M and 3.3M tokens for a 0.4M-parameter GPT (0.5 and 8 tokens a parameter): "
+              "the paper's 64M model saw 1M and 118M (0.016 and 1.8), a regime whose tokens "
+              "per parameter leave a model this small at the unigram plateau"),
+    C("F20b", "DyT's share of saturated units grows with the token budget", "Verma 2026",
+      P("ratio2", ({**DYT, STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN}), 1.0, "above",
+        measure="norm_saturation"), lr="fixed", departs=SHORT),
+), plots=("loss_curves.png",))
+
+SIGMA = "model.sigma_reparam"
+PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
+COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
+                 P("mean", (PLAIN_HI,), FLOOR, "below", measure="min_entropy"))
+F15 = Finding("f15_sigma_reparam", "F15: sigmaReparam against attention entropy collapse", (
+    C("F15a", "sigmaReparam keeps attention entropy above 0.1 nats at every swept rate, where "
+      "it collapses without", ZHAI,
+      P("every", ({QK: False, SIGMA: True, "lr": EACH},), FLOOR, "above", measure="min_entropy"),
+      lr="curve", gate=COLLAPSES, departs=SHORT, seeds=10),
+    C("F15b", "At lr 0.3, where the plain runs turn unstable, sigmaReparam's runs diverge or "
+      "stall less often than the plain runs", ZHAI,
+      P("rate2", ({QK: False, SIGMA: False, "lr": 0.3}, {QK: False, SIGMA: True, "lr": 0.3}),
+        0.0, "above", event="not_trained"),
+      lr="fixed", gate=COLLAPSES, seeds=12, departs=SHORT),
+), plots=("heat_attn_entropy_min.png", "entropy_vs_lr.png", "lr_sensitivity.png"),
+   figures=ENTROPY_FIGURES)
+
+YANG, DEY = "Yang et al. 2022", "Dey et al. 2025"
+TINY = "widths 32-128 and depths 2-8 for 300 steps; the papers' models reach 1-10B parameters"
+
+
+def size(param: str, placement: str = "pre", **shape: int) -> dict:
+    """An F14 arm: one parametrization and placement at one shape, its lr curve as one arm."""
+    return {"param": param, "placement": placement, **shape}
+
+
+def stays(cid: str, statement: str, source: str, small: dict, large: dict, seeds: int = SEEDS):
+    """F14's "the best lr transfers": the optimum moves less than BAND decades."""
+    return C(cid, statement, source, P("curve", (small, large), BAND, "within",
+             stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY, seeds=seeds)  # fmt: skip
+
+
+SHALLOW, DEEP = {"n_embd": 32, "n_layer": 2}, {"n_embd": 32, "n_layer": 8}
+F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across width (muP) and "
+              "depth (CompleteP), and which placements keep it", (
+    C("F14a", "Under SP the best learning rate falls as the model widens 4x", YANG,
+      P("curve", (size("sp", n_embd=32, n_layer=2), size("sp", n_embd=128, n_layer=2)), SHIFT,
+        "above", stat="log_best_lr", measure=LOSS), lr="curve", departs=TINY),
+    stays("F14b", "Under muP the best learning rate stays as the model widens 4x", YANG,
+          size("mup", n_embd=32, n_layer=2), size("mup", n_embd=128, n_layer=2)),
+    stays("F14c", "Under CompleteP Pre-LN's best learning rate stays as it deepens 4x", DEY,
+          size("completep", **SHALLOW), size("completep", **DEEP), seeds=10),
+    *(stays(f"F14d-{p}", f"Under CompleteP {name}'s best learning rate stays as it deepens 4x",
+            f"{DEY} (reported for Pre-LN only)", size("completep", p, **SHALLOW),
+            size("completep", p, **DEEP), seeds=n)
+      for p, name, n in (("post", "Post-LN", 10), ("sandwich", "Peri-LN", 10),
+                         ("deepnorm", "DeepNorm", 5), ("lns", "LNS", 10), ("mix", "Mix-LN", 10))),
+    C("F14e", "Under SP Pre-LN's best learning rate moves as it deepens 4x", DEY,
+      P("curve", (size("sp", **SHALLOW), size("sp", **DEEP)), SHIFT, "above", stat="log_best_lr",
+        measure=LOSS), lr="curve", departs=TINY),
+), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
+# fmt: on
