@@ -361,15 +361,22 @@ def test_once_frozen_the_deciding_launches_run_fresh_seeds(monkeypatch) -> None:
     assert f1 == [f"init_probe.seeds=[{','.join(str(1000 + i) for i in range(5))}]"]
 
 
-def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
-    tmp_path: Path, monkeypatch
-) -> None:
+@pytest.fixture
+def frozen_file(tmp_path: Path, monkeypatch) -> Path:
+    """frozen.json in a temporary dir, for the freeze and its readers alike."""
     import analysis.findings as findings
-    from analysis.findings.declare import claim_hash
 
     path = tmp_path / "frozen.json"
     monkeypatch.setattr(findings, "FROZEN", path)
     monkeypatch.setattr(registry, "FROZEN", path)
+    return path
+
+
+def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(frozen_file) -> None:
+    import analysis.findings as findings
+    from analysis.findings.declare import claim_hash
+
+    path = frozen_file
     assert reproduce.main(["--freeze"]) == 0
     record = json.loads(path.read_text())
     f2b = FINDINGS["f2"].claims[1]
@@ -389,14 +396,8 @@ def test_freeze_records_the_claims_and_a_refreeze_moves_the_fresh_seeds(
     assert again["claims"]["F3a"]["first_seed"] == 1000  # another finding: its seeds stand
 
 
-def test_a_freeze_of_named_findings_leaves_the_others_as_they_were(
-    tmp_path: Path, monkeypatch
-) -> None:
-    import analysis.findings as findings
-
-    path = tmp_path / "frozen.json"
-    monkeypatch.setattr(findings, "FROZEN", path)
-    monkeypatch.setattr(registry, "FROZEN", path)
+def test_a_freeze_of_named_findings_leaves_the_others_as_they_were(frozen_file) -> None:
+    path = frozen_file
     assert reproduce.main(["--freeze", "f2"]) == 0
     claims = json.loads(path.read_text())["claims"]
     assert set(claims) == {c.id for c in FINDINGS["f2"].claims}  # the rest unfrozen: pilots
