@@ -163,3 +163,24 @@ def test_connections_train_in_the_gpt_and_the_vit_and_refuse_what_they_cannot_be
     for kw, message in refusals:
         with pytest.raises(ValueError, match=message):
             gpt_config(**kw)
+
+
+@pytest.mark.parametrize(
+    "model, connection", [("gpt", ["model.connection=mhc", "model.streams=2"]),
+                          ("vit", ["model.connection=hc", "model.fracs=2"])],
+)  # fmt: skip
+def test_connections_train_finite_from_the_command_line(
+    tmp_path, tiny_run, compose_cfg, one_thread, model: str, connection: list[str]
+) -> None:
+    import json
+    import math
+
+    import train
+
+    if model == "vit":  # the digits data: no context length, no val batch count
+        tiny_run = [o for o in tiny_run if not o.startswith(("model.block_size", "data.val_b"))]
+    over = [*tiny_run, *(["model=vit"] if model == "vit" else []), *connection]
+    summary = train.run(compose_cfg([*over, f"run_dir={tmp_path}"]))
+    assert summary["status"] == "completed" and math.isfinite(summary["final_val_loss"])
+    recorded = json.loads((tmp_path / "summary.json").read_text())["run_config"]
+    assert recorded["model.connection"] == connection[0].split("=")[1]
