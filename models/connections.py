@@ -13,20 +13,21 @@ learn how each sub-layer reads and writes them:
       h = A_m^T H;   H' = A_r^T H;   H_out = B^T F(h) + H'
 
   W zero and s_a = s_b = 0.01 at init; A_m0 one-hot at stream (sub-layer index mod n), A_r0 = I,
-  B0 = 1, so a model at init is Pre-LN with n identical streams. SHC drops the tanh terms.
+  B0 = 1, so at init every stream carries the plain sum's stream (Pre-LN's, for placement=pre).
+  SHC drops the tanh terms.
 - fracs m > 1, frac-connections (Zhu et al. 2025b, arXiv 2503.14125): the width split into m
   fractions of C / m, each a stream of its own; n streams of m fractions mix as n m rows, and
   fraction f of the branch output goes back to fraction g with weight B[f, s, g]. At init every
   fraction reads itself and gets its own fraction of the branch back (B0 = I over fractions),
-  so the block is Pre-LN's. The hyper-connections package (0.4.11) computes the same formula,
-  but its B0 is one weight per (s, g) for every f, and its A_m0 feeds fraction 0 to every
-  fraction of the branch input: at init its branch reads x's first fraction twice and each
+  so the block computes the plain sum. The hyper-connections package (0.4.11) computes the same
+  formula, but its B0 is one weight per (s, g) for every f, and its A_m0 feeds fraction 0 to
+  every fraction of the branch input: at init its branch reads x's first fraction twice and each
   fraction gets the sum of the branch's fractions.
 - "mhc", manifold-constrained hyper-connections (Xie et al. 2025, DeepSeek, arXiv 2512.24880):
   no tanh, H_pre = sigmoid(.), H_post = 2 sigmoid(.), and H_res projected onto the doubly
   stochastic matrices by Sinkhorn-Knopp, ``sinkhorn_iters`` alternating row and column
-  normalizations, in the log domain in float32 (the exp-domain form's small entries underflow to
-  0 when the logits spread by ~100; a later report saw it on a 48-layer GPT-2). The
+  normalizations, in the log domain in float32 (the exp-domain form leaves a row at 0 once its
+  logits lie ~100 below its column's largest: exp underflows in float32). The
   coefficients come from each stream's row, as the hyper-connections package computes them (the
   paper computes them from the flattened n C vector of all streams). One fraction only.
 
