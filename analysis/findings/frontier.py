@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from analysis.findings.declare import EACH, Finding, Gate
+from analysis.findings.declare import EACH, MAX, Figure, Finding, Gate
+from analysis.findings.declare import Part as P
 from analysis.findings.vocabulary import (
     BAND,
     CLOSE,
     ENTROPY_FIGURES,
     FLOOR,
     LOSS,
-    MAX,
     QK,
     SEEDS,
     SENS_GAP,
@@ -18,8 +18,6 @@ from analysis.findings.vocabulary import (
     SHORT,
     ZHAI,
     C,
-    Figure,
-    P,
     at,
     pre,
 )

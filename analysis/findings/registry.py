@@ -11,7 +11,8 @@ claims and arms) are analysis/findings/vocabulary.py's; the findings of the 2025
 from __future__ import annotations
 
 from analysis.block_profile import plot_profiles
-from analysis.findings.declare import EACH, MIN, REF_LR, RUN_LR, Finding, Gate
+from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Figure, Finding, Gate
+from analysis.findings.declare import Part as P
 from analysis.findings.frontier import F14, F15, F16, F17, F19, F20
 from analysis.findings.vocabulary import (
     ACC_FACTOR,
@@ -34,7 +35,6 @@ from analysis.findings.vocabulary import (
     LONG_RUN,
     LOSS,
     MASSIVE,
-    MAX,
     MOST,
     NEAR_ONE,
     QK,
@@ -54,8 +54,6 @@ from analysis.findings.vocabulary import (
     XIONG,
     ZHAI,
     C,
-    Figure,
-    P,
     Z,
     at,
     cold,
