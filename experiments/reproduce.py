@@ -35,6 +35,7 @@ from experiments.sweep import (
     ESTIMATE,
     ROOT,
     all_finished,
+    arm_overrides,
     busy,
     claim_sweep_dir,
     compose,
@@ -279,13 +280,10 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     out = []
     report = write_report(sweep.out, plots=False)
     table = read_table(sweep.name, report, reproduce, {"best_val_loss"})  # the lr rule's input
+    fresh = set(fresh_seeds(sweep.finding) or confirm.seeds)
     for chosen in confirm_lrs(sweep.finding, table, list(confirm.by)):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
-        fixed = [  # a param the report does not vary (None) is left to the experiment
-            f"{key}={chosen[param]}"
-            for param, key in confirm.by.items()
-            if chosen[param] is not None
-        ]
+        fixed = arm_overrides(sweep.experiment, sweep.out, chosen, confirm.by, fresh)
         these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
         out.append((these, planned_jobs(sweep.cfg, these)))
     return out

@@ -11,16 +11,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from omegaconf import OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from analysis.findings.settings import read_reproduce
-from analysis.runs import run_summary, status_of
+from analysis.runs import load_runs, run_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
 from runs.dirlock import RunDirLock
-from runs.errors import Refused
+from runs.errors import ConfigError, Refused
 from runs.jobs import job_dir
 from runs.record import FINISHED, Outcome, Status
 
@@ -48,6 +50,47 @@ def compose(experiment: str, overrides: list[str]):
         return hydra_compose(
             "config", [f"experiment={experiment}", *single], return_hydra_config=True
         )
+
+
+def override_value(value: Any) -> str:
+    """A config value as a command line writes it (true, null, 0.001, rope)."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def arm_overrides(
+    experiment: str, out: Path, chosen: dict[str, Any], by: dict[str, str], fresh: set
+) -> list[str]:
+    """The overrides that fix one arm for its confirming launch, each ``by`` key (report param ->
+    override) at the value the arm's grid runs share. The report names only the fields that tell
+    its variants apart, so a key another field already separates (nGPT's tied head beside its
+    positions, OLMo 2's QK-norm beside its RMSNorm) comes as None: its value is read from the
+    arm's grid runs and pinned where the experiment would give another (else the launch would
+    run another variant); runs that disagree on it stop the launch in one line."""
+    named = {k: v for k, v in chosen.items() if k in by and v is not None}
+    runs, _ = load_runs(out, skip=out / "report")
+    members = [
+        r for r in runs
+        if r.summary.get("seed") not in fresh
+        and all(r.params.get(k) == v for k, v in named.items())
+    ]  # fmt: skip
+    fixed = [f"{by[k]}={v}" for k, v in named.items()]  # as the report names them
+    composed = compose(experiment, fixed) if len(named) < len(by) else None
+    for param, key in by.items():
+        if param in named:
+            continue
+        values = {r.params.get(param) for r in members}
+        if len(values) > 1:
+            raise ConfigError(
+                f"the arm {named} holds runs with {param} = {sorted(map(str, values))}: name "
+                f"{key} in reproduce.arms so its confirming runs are one variant"
+            )
+        if values and (value := values.pop()) is not None:
+            default = OmegaConf.select(composed, key) if composed is not None else None
+            if value != default:
+                fixed.append(f"{key}={override_value(value)}")
+    return fixed
 
 
 def planned_jobs(cfg, overrides: list[str]) -> list[list[str]]:

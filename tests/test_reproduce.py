@@ -14,6 +14,7 @@ from analysis.findings import FINDINGS
 from experiments import registry, reproduce
 from experiments import sweep as reproduce_sweep
 from models.placement import PLACEMENTS
+from runs.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -419,3 +420,39 @@ def test_an_arm_on_the_grids_rates_keeps_the_grid_seeds(monkeypatch) -> None:
     launches = reproduce_sweep.launch_overrides(cfg, [])
     grid = 1 + len(reproduce_sweep.read_reproduce(cfg).widen)
     assert reproduce.fresh(FINDINGS["placements"], launches, grid) == launches
+
+
+def test_a_confirming_launch_pins_what_the_report_leaves_out(tmp_path) -> None:
+    """The report names nGPT's two arms by their positions alone (rope vs learned), which also
+    differ in the tied head: the control's confirming launch must still tie it (the experiment
+    would untie an nGPT), and the rotary arm's keeps the experiment's untied head unnamed."""
+    from tests.helpers import fake_run
+
+    root = tmp_path / "sweep"
+    for pos, tie, seeds in (
+        ("learned", True, (0, 1)),
+        ("rope", False, (0, 1)),
+        ("learned", False, (1000,)),
+    ):  # a stray fresh run: not the arm's
+        for seed in seeds:
+            fake_run(
+                root / f"pos={pos},tie={tie},seed={seed}",
+                f"seed: {seed}\nmodel: {{name: gpt, n_layer: 12, pos: {pos}, "
+                f"tie_weights: {str(tie).lower()}}}\nplacement: {{name: ngpt}}\n"
+                "norm: {name: layernorm}\noptim: {lr: 0.03}\n",
+                "step,train/loss\n0,4.0\n1,3.0\n",
+                {"status": "completed", "model": "gpt", "lr": 0.03, "n_layer": 12, "seed": seed,
+                 "final_val_loss": 2.0},
+            )  # fmt: skip
+    by = {"placement": "placement", "model.pos": "model.pos",
+          "model.tie_weights": "model.tie_weights"}  # fmt: skip
+    arm = {"placement": "ngpt", "model.pos": "learned", "model.tie_weights": None, "lr": 0.03}
+    pinned = reproduce_sweep.arm_overrides("placements_depth", root, arm, by, {1000})
+    assert pinned == ["placement=ngpt", "model.pos=learned", "model.tie_weights=true"]
+    rope = {**arm, "model.pos": "rope"}
+    assert reproduce_sweep.arm_overrides("placements_depth", root, rope, by, {1000}) == [
+        "placement=ngpt",
+        "model.pos=rope",
+    ]
+    with pytest.raises(ConfigError, match="model.tie_weights"):  # the stray run joins: two heads
+        reproduce_sweep.arm_overrides("placements_depth", root, arm, by, set())
