@@ -29,6 +29,7 @@ from analysis.findings import (
 from analysis.findings.declare import rule_text
 from analysis.findings.settings import read_reproduce
 from analysis.report import table_cells, write_report, xy_figure
+from analysis.runs import load_runs
 from analysis.wandb_report import log_report
 from experiments import registry
 from experiments.sweep import (
@@ -281,9 +282,10 @@ def confirm_launches(sweep: Sweep, overrides: list[str], code: int) -> list[tupl
     report = write_report(sweep.out, plots=False)
     table = read_table(sweep.name, report, reproduce, {"best_val_loss"})  # the lr rule's input
     fresh = set(fresh_seeds(sweep.finding) or confirm.seeds)
+    runs, _ = load_runs(sweep.out, skip=sweep.out / "report")
     for chosen in confirm_lrs(sweep.finding, table, list(confirm.by)):
         lr = next((t for t in grid_lrs if float(t) == chosen["lr"]), repr(chosen["lr"]))
-        fixed = arm_overrides(sweep.experiment, sweep.out, chosen, confirm.by, fresh)
+        fixed = arm_overrides(sweep.experiment, runs, chosen, confirm.by, fresh)
         these = [*overrides, *fixed, f"optim.lr={lr}", seeds]
         out.append((these, planned_jobs(sweep.cfg, these)))
     return out

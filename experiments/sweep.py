@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from analysis.findings.settings import read_reproduce
-from analysis.runs import load_runs, run_summary, status_of
+from analysis.runs import run_summary, status_of
 from models.flops import training_flops_per_token
 from runs import runfiles
 from runs.dirlock import RunDirLock
@@ -60,16 +60,16 @@ def override_value(value: Any) -> str:
 
 
 def arm_overrides(
-    experiment: str, out: Path, chosen: dict[str, Any], by: dict[str, str], fresh: set
+    experiment: str, runs: list, chosen: dict[str, Any], by: dict[str, str], fresh: set
 ) -> list[str]:
     """The overrides that fix one arm for its confirming launch, each ``by`` key (report param ->
     override) at the value the arm's grid runs share. The report names only the fields that tell
     its variants apart, so a key another field already separates (nGPT's tied head beside its
     positions, OLMo 2's QK-norm beside its RMSNorm) comes as None: its value is read from the
     arm's grid runs and pinned where the experiment would give another (else the launch would
-    run another variant); runs that disagree on it stop the launch in one line."""
+    run another variant); runs that disagree on it stop the launch in one line. ``runs``: the
+    sweep's (analysis.runs.load_runs), read once for all its arms."""
     named = {k: v for k, v in chosen.items() if k in by and v is not None}
-    runs, _ = load_runs(out, skip=out / "report")
     members = [
         r for r in runs
         if r.summary.get("seed") not in fresh

@@ -80,13 +80,12 @@ class HyperConnection(nn.Module):
         self.n, self.m, self.k = n, m, dim // m
         self.spec, self.sinkhorn_iters = spec, sinkhorn_iters
         width = torch.zeros(m, n, m, 1 + n)  # (f, s, g, column)
+        depth = torch.zeros(m, n, m)  # (f, s, g)
         for f in range(m):
             width[f, index % n, f, 0] = 1.0  # A_m0: fraction f of stream (index mod n)
             width[f, :, f, 1:] = torch.eye(n)  # A_r0 = I
+            depth[f, :, f] = 1.0  # B0 = 1: fraction f of the branch back to fraction f
         self.static_width = nn.Parameter(width.flatten())
-        depth = torch.zeros(m, n, m)  # (f, s, g): B0 = 1, fraction f of the branch to fraction f
-        for f in range(m):
-            depth[f, :, f] = 1.0
         self.static_depth = nn.Parameter(depth.flatten())
         self.gain = nn.Parameter(torch.ones(self.k))
         if spec.dynamic:
@@ -105,7 +104,7 @@ class HyperConnection(nn.Module):
         depth = self.static_depth.to(dtype).view(m, n, m)
         if self.spec.dynamic:
             normed = F.normalize(H.to(dtype), dim=-1) * k**0.5 * self.gain.to(dtype)
-            act = torch.nn.Identity() if self.spec.manifold else torch.tanh
+            act = (lambda t: t) if self.spec.manifold else torch.tanh
             w = act(normed @ self.dynamic_width.to(dtype).view(k, m * (1 + n)))
             scale = self.width_scale.to(dtype)
             if self.spec.manifold:  # s_pre on the branch column, s_res on the stream columns

@@ -447,12 +447,15 @@ def test_a_confirming_launch_pins_what_the_report_leaves_out(tmp_path) -> None:
     by = {"placement": "placement", "model.pos": "model.pos",
           "model.tie_weights": "model.tie_weights"}  # fmt: skip
     arm = {"placement": "ngpt", "model.pos": "learned", "model.tie_weights": None, "lr": 0.03}
-    pinned = reproduce_sweep.arm_overrides("placements_depth", root, arm, by, {1000})
+    from analysis.runs import load_runs
+
+    runs, _ = load_runs(root)
+    pinned = reproduce_sweep.arm_overrides("placements_depth", runs, arm, by, {1000})
     assert pinned == ["placement=ngpt", "model.pos=learned", "model.tie_weights=true"]
     rope = {**arm, "model.pos": "rope"}
-    assert reproduce_sweep.arm_overrides("placements_depth", root, rope, by, {1000}) == [
+    assert reproduce_sweep.arm_overrides("placements_depth", runs, rope, by, {1000}) == [
         "placement=ngpt",
         "model.pos=rope",
     ]
     with pytest.raises(ConfigError, match="model.tie_weights"):  # the stray run joins: two heads
-        reproduce_sweep.arm_overrides("placements_depth", root, arm, by, set())
+        reproduce_sweep.arm_overrides("placements_depth", runs, arm, by, set())
