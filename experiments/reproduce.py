@@ -41,6 +41,7 @@ from experiments.sweep import (
     claim_sweep_dir,
     compose,
     console,
+    dir_constants,
     estimate_s,
     job_dirs,
     launch_overrides,
@@ -128,7 +129,13 @@ class Sweep:
 
     @property
     def dirs(self) -> list[str]:
-        return job_dirs(self.cfg, self.jobs)
+        return job_dirs(self.cfg, self.jobs, self.constants)
+
+    @property
+    def constants(self) -> dict:
+        """The overrides every job of the sweep dir's first launch shares, which its job dir
+        names leave out (runs/jobs.py)."""
+        return dir_constants(self.cfg, self.out, self.launches[0][1] if self.launches else [])
 
 
 def plan_sweep(args: argparse.Namespace) -> Sweep:
@@ -173,7 +180,7 @@ def launch(sweep: Sweep) -> int:
     """Launch what is left of the sweep (each launch whose runs have not all finished)."""
     code = 0
     for overrides, jobs in sweep.launches:
-        dirs = job_dirs(sweep.cfg, jobs)
+        dirs = job_dirs(sweep.cfg, jobs, sweep.constants)
         if not all_finished(sweep.out, dirs):
             mode = sweep.finding.mode
             code = max(code, run_sweep(sweep.experiment, jobs, dirs, sweep.out, overrides, mode))

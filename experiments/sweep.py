@@ -23,7 +23,7 @@ from models.flops import training_flops_per_token
 from runs import runfiles
 from runs.dirlock import RunDirLock
 from runs.errors import ConfigError, Refused
-from runs.jobs import job_dir
+from runs.jobs import job_dir, sweep_constants
 from runs.record import FINISHED, Outcome, Status
 
 ROOT = runfiles.CHECKOUT
@@ -67,8 +67,10 @@ def arm_overrides(
     its variants apart, so a key another field already separates (nGPT's tied head beside its
     positions, OLMo 2's QK-norm beside its RMSNorm) comes as None: its value is read from the
     arm's grid runs and pinned where the experiment would give another (else the launch would
-    run another variant); runs that disagree on it stop the launch in one line. ``runs``: the
-    sweep's (analysis.runs.load_runs), read once for all its arms."""
+    run another variant); runs that disagree on it stop the launch in one line, unless some
+    leave it null: then the report named it, the arm is those (F19's plain residual beside its
+    gated-attention arm). ``runs``: the sweep's (analysis.runs.load_runs), read once for all
+    its arms."""
     named = {k: v for k, v in chosen.items() if k in by and v is not None}
     members = [
         r for r in runs
@@ -81,6 +83,9 @@ def arm_overrides(
         if param in named:
             continue
         values = {r.params.get(param) for r in members}
+        if len(values) > 1 and None in values:  # the report named it: this arm's is null
+            members = [r for r in members if r.params.get(param) is None]
+            continue
         if len(values) > 1:
             raise ConfigError(
                 f"the arm {named} holds runs with {param} = {sorted(map(str, values))}: name "
@@ -122,11 +127,22 @@ def swept_values(jobs: list[list[str]]) -> dict[str, list[str]]:
     return values
 
 
-def job_dirs(cfg, jobs: list[list[str]]) -> list[str]:
+def job_dirs(cfg, jobs: list[list[str]], constants: dict | None = None) -> list[str]:
     """Each job's directory name below the sweep dir, as train.py -m names it: by the job's
-    overrides (training/launch.py's job_dir), with the experiment's config for the rest."""
-    experiment = cfg.hydra.runtime.choices.experiment
-    return [job_dir([f"experiment={experiment}", *job], cfg) for job in jobs]
+    overrides without the sweep dir's ``constants`` (training/launch.py's job_dir), with the
+    experiment's config for the rest."""
+    return [job_dir(o, cfg, constants) for o in with_experiment(cfg, jobs)]
+
+
+def with_experiment(cfg, jobs: list[list[str]]) -> list[list[str]]:
+    """Each job's overrides as train.py -m gets them: the experiment first."""
+    return [[f"experiment={cfg.hydra.runtime.choices.experiment}", *job] for job in jobs]
+
+
+def dir_constants(cfg, out: Path, first: list[list[str]]) -> dict:
+    """The overrides the job dirs of sweep dir ``out`` leave out: recorded there by its first
+    launch, else (a new dir) those every job of ``first``, the first launch, shares."""
+    return sweep_constants(out, with_experiment(cfg, first))
 
 
 # --- runs on disk --------------------------------------------------------------------------------

@@ -1,17 +1,21 @@
 """A sweep's jobs and the names of their run dirs: the grid Hydra's basic sweeper expands, and
-each job's directory name (what it runs, not its place in the sweep). The harness names its
-jobs' dirs with these; reproduce finds them again with the same ones. Torch-free."""
+each job's directory name (what it runs, not its place in the sweep, without what every job of
+the sweep shares). The harness names its jobs' dirs with these; reproduce finds them again with
+the same ones. Torch-free."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from runs.runfiles import write_atomic
 from runs.settings import is_operational
 
 
@@ -26,22 +30,39 @@ MAX_DIR_NAME = 240  # a file name holds 255 bytes; .jobs/ adds ".json"
 # Keys every job dir names, from the config when the job does not override them: a sweep over
 # placements finds its runs again once seeds or depths are added (seed=0 was there all along).
 ALWAYS_NAMED = ("model.n_layer", "seed")
+# <sweep dir>/CONSTANTS: the overrides every job of the sweep dir's first launch gave alike
+# (key -> override), which its job dir names leave out.
+CONSTANTS = ".constants.json"
+UNSET = "<unset>"  # a constant's key that a later launch's job does not override
 
 
-def job_dir(overrides: Sequence[str], config: Any = None) -> str:
-    """A sweep job's directory name: the job's overrides (command line and sweep params) sorted,
-    without those that leave the result alone (``settings.OPERATIONAL``: threads, loggers,
-    probes, ...; ``init_probe.*`` stays, being what scripts/init_probe.py's jobs run), plus
-    ``ALWAYS_NAMED``'s keys from ``config`` where not overridden, e.g.
-    ``model.n_layer=6,placement=post,seed=0``. Named by what the job runs rather than by its
-    place in the sweep, a rerun that adds a seed or a depth (or changes threads or loggers)
-    finds the runs it finished before."""
+def named(item: str) -> str | None:
+    """The key of an override a job dir name shows; None for those that leave the result alone
+    (``settings.OPERATIONAL``: threads, loggers, probes, ...; ``init_probe.*`` stays, being
+    what scripts/init_probe.py's jobs run) and for Hydra's own settings."""
+    key = item.lstrip("+~").partition("=")[0]
+    left_out = is_operational(key) and not key.startswith("init_probe")
+    return None if key.startswith(("hydra.", "hydra/")) or left_out else key
+
+
+def job_dir(
+    overrides: Sequence[str], config: Any = None, constants: Mapping[str, str] | None = None
+) -> str:
+    """A sweep job's directory name: the job's overrides (command line and sweep params) that
+    ``named`` keeps, sorted, plus ``ALWAYS_NAMED``'s keys from ``config`` where not overridden,
+    e.g. ``model.n_layer=6,placement=post,seed=0``; the sweep's ``constants`` left out (a
+    constant's key the job does not override is named ``key=<unset>``). Named by what the job
+    runs rather than by its place in the sweep, a rerun that adds a seed or a depth (or changes
+    threads or loggers) finds the runs it finished before."""
+    constants = constants or {}
     kept: dict[str, str] = {}
     for item in map(str, overrides):
-        key = item.lstrip("+~").partition("=")[0]
-        left_out = is_operational(key) and not key.startswith("init_probe")
-        if not (key.startswith(("hydra.", "hydra/")) or left_out):
+        key = named(item)
+        if key is not None and constants.get(key) != item:
             kept[item] = key
+    given = {named(item) for item in map(str, overrides)}
+    for key in constants.keys() - given:
+        kept[f"{key}={UNSET}"] = key
     for key in ALWAYS_NAMED:
         value = OmegaConf.select(config, key) if config is not None else None
         if value is not None and key not in kept.values():
@@ -52,6 +73,40 @@ def job_dir(overrides: Sequence[str], config: Any = None) -> str:
         return safe
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     return f"{safe[: MAX_DIR_NAME - 11]}-{digest}"
+
+
+def constant_overrides(jobs: Sequence[Sequence[str]]) -> dict[str, str]:
+    """The overrides every job gives alike and a job dir would name (``ALWAYS_NAMED``'s keys
+    aside, which every name shows), as key -> override."""
+    if not jobs:
+        return {}
+    common = set(map(str, jobs[0])).intersection(*(map(str, job) for job in jobs[1:]))
+    keys = {item: named(item) for item in common}
+    return {k: item for item, k in sorted(keys.items()) if k and k not in ALWAYS_NAMED}
+
+
+def sweep_constants(sweep_dir: Path, first: Sequence[Sequence[str]], record: bool = False) -> dict:
+    """The constants a sweep dir's job names leave out: those it recorded; for a dir without
+    any run yet, those of ``first`` (the jobs of its first launch), written to the dir when
+    ``record``; for a dir that holds runs of a launch before these records, none (their names
+    stay whole, so they are found again)."""
+    path = Path(sweep_dir) / CONSTANTS
+    if path.is_file():
+        return json.loads(path.read_text())
+    older = Path(sweep_dir).is_dir() and any(
+        p.is_dir() and not p.name.startswith(".") for p in Path(sweep_dir).iterdir()
+    )
+    constants = {} if older else constant_overrides(first)
+    if record:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(constants, indent=1))
+    return constants
+
+
+def recorded_constants(sweep_dir: Any) -> dict:
+    """The constants a sweep dir recorded (none where it recorded none)."""
+    path = Path(str(sweep_dir)) / CONSTANTS if sweep_dir else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
 
 
 def grid(params: Any, overrides: Sequence[str]) -> list[list[str]]:

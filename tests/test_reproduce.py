@@ -459,3 +459,33 @@ def test_a_confirming_launch_pins_what_the_report_leaves_out(tmp_path) -> None:
     ]
     with pytest.raises(ConfigError, match="model.tie_weights"):  # the stray run joins: two heads
         reproduce_sweep.arm_overrides("placements_depth", runs, arm, by, set())
+
+
+def test_an_arm_whose_value_is_null_is_told_from_the_arm_that_sets_it(tmp_path) -> None:
+    """F19's plain residual arm has no attention gate (null), its gated arm a head-wise one: the
+    report names the plain arm's gate as None, and its confirming launch is the plain runs'."""
+    from analysis.runs import load_runs
+    from tests.helpers import fake_run
+
+    root = tmp_path / "sweep"
+    for gate in ("null", "headwise"):
+        for seed in (0, 1):
+            fake_run(
+                root / f"gate={gate},seed={seed}",
+                f"seed: {seed}\nmodel: {{name: gpt, n_layer: 12, attn_gate: {gate}}}\n"
+                "placement: {name: pre}\nnorm: {name: layernorm}\noptim: {lr: 0.003}\n",
+                "step,train/loss\n0,4.0\n1,3.0\n",
+                {"status": "completed", "model": "gpt", "lr": 0.003, "n_layer": 12, "seed": seed,
+                 "final_val_loss": 2.0},
+            )  # fmt: skip
+    by = {"placement": "placement", "model.attn_gate": "model.attn_gate"}
+    runs, _ = load_runs(root)
+    plain = {"placement": "pre", "model.attn_gate": None, "lr": 0.003}
+    assert reproduce_sweep.arm_overrides("f19_topologies", runs, plain, by, set()) == [
+        "placement=pre"
+    ]
+    gated = {**plain, "model.attn_gate": "headwise"}
+    assert reproduce_sweep.arm_overrides("f19_topologies", runs, gated, by, set()) == [
+        "placement=pre",
+        "model.attn_gate=headwise",
+    ]

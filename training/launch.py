@@ -32,7 +32,7 @@ from typing import Any
 from omegaconf import OmegaConf, read_write
 
 from runs.checks import closest
-from runs.jobs import job_dir, path_safe
+from runs.jobs import job_dir, path_safe, recorded_constants
 from runs.schema import ROOT
 from training.context import SWEEP_GONE, in_multirun
 
@@ -97,8 +97,10 @@ def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
 
 
 def job_dir_resolver(overrides: Sequence[str], *, _root_: Any) -> str:
-    """``${job_dir:${hydra.overrides.task}}``: job_dir with the job's own config."""
-    return job_dir(overrides, _root_)
+    """``${job_dir:${hydra.overrides.task}}``: job_dir with the job's own config, without the
+    constants its sweep dir recorded (training/sweep.py records them as the launch starts)."""
+    constants = recorded_constants(OmegaConf.select(_root_, "hydra.sweep.dir"))
+    return job_dir(overrides, _root_, constants)
 
 
 # Group folders that are no option of the command line: experiment/size is composed by the

@@ -28,6 +28,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import OmegaConf
 
 from data.hub import check_wandb_online
+from runs.jobs import recorded_constants
 from runs.runfiles import CHECKPOINT
 from runs.runfiles import wandb_group as group_rule
 from runs.settings import is_operational
@@ -122,11 +123,14 @@ def short_overrides(items: list[str]) -> list[str]:
 
 def unnamed(run: RunConfig, overrides: list[str] | None) -> list[str]:
     """The overrides whose keys the ``name`` template does not interpolate (a group choice
-    ``placement=post`` is shown by ``${placement.name}``)."""
+    ``placement=post`` is shown by ``${placement.name}``), without those every job of the
+    sweep shares (its wandb group's)."""
     if overrides is None:
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+        shared = set(recorded_constants(hydra_context()[1]).values())  # the group's own
+        overrides = [item for item in overrides if item not in shared]
     template = str(OmegaConf.to_container(run.composed, resolve=False).get("name", ""))
     shown = set(re.findall(r"\$\{([\w.]+)\}", template))
     extra = []

@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runs.jobs import grid, job_dir
+from runs.jobs import grid, job_dir, sweep_constants
 from runs.record import BAD_OUTCOMES, Outcome
 from training.context import launched_as_rank_zero
 from training.launch import SWEEP_PID
@@ -73,16 +73,20 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
     return grid(config.hydra.sweeper.get("params"), config.hydra.overrides.task)
 
 
-def check_distinct_dirs(config: DictConfig) -> None:
+def grid_or_none(config: DictConfig) -> list[list[str]] | None:
+    """The sweep's jobs, or None for a grid only Hydra's own sweeper can expand."""
+    try:
+        return sweep_jobs(config)
+    except Exception:  # noqa: BLE001 - Hydra's sweeper reports its own grid's errors
+        return None
+
+
+def check_distinct_dirs(jobs: list[list[str]], constants: dict) -> None:
     """Two jobs of one grid that differ only in keys the dir name leaves out (threads,
     loggers, ...) would share one run dir: the second would be refused or skipped."""
-    try:
-        jobs = sweep_jobs(config)
-    except Exception:  # noqa: BLE001 - a grid only Hydra's own sweeper can expand: its job
-        return
     seen: dict[str, list[str]] = {}
     for job in jobs:
-        name = job_dir(job)
+        name = job_dir(job, None, constants)
         if name in seen and seen[name] != job:
             differ = sorted(set(job) ^ set(seen[name]))
             raise SystemExit(
@@ -99,10 +103,13 @@ class SweepStatus(HydraCallback):
     each job that failed, was refused or never ended, and the exit code is 1 if any did."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not searching(config):  # a search's trials are drawn as it goes: no grid to check
-            check_distinct_dirs(config)
-            check_grid_once(config)
         sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = None if searching(config) else grid_or_none(config)  # a search draws as it goes
+        # the overrides every job shares stay out of the job dir names (runs/jobs.py)
+        constants = sweep_constants(sweep_dir, jobs or [])
+        if jobs is not None:
+            check_distinct_dirs(jobs, constants)
+            check_grid_once(config)
         if launched_as_rank_zero():  # one sweep at a time in a sweep dir (its .jobs/ too)
             from runs.dirlock import RunDirLock
             from runs.errors import Refused
@@ -113,6 +120,7 @@ class SweepStatus(HydraCallback):
                 self._lock.acquire()
             except Refused as err:
                 raise SystemExit(f"error: {err}") from None
+            sweep_constants(sweep_dir, jobs or [], record=True)
         shutil.rmtree(sweep_dir / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
         os.environ[SWEEP_START] = str(time.time())  # for each job's progress line

@@ -34,9 +34,52 @@ def test_the_grid_expands_as_the_basic_sweeper_does(tmp_path):
     cfg = sweep_config(tmp_path, ["seed=0,1", "model.n_layer=2"], {"placement": "post,pre"})
     jobs = sweep_jobs(cfg)
     assert len(jobs) == 4 and ["placement=post", "seed=1", "model.n_layer=2"] in jobs
-    check_distinct_dirs(cfg)  # distinct: no error
+    check_distinct_dirs(jobs, {})  # distinct: no error
     with pytest.raises(SystemExit, match=r"num_threads=1, num_threads=2 of this sweep share"):
-        check_distinct_dirs(sweep_config(tmp_path, ["num_threads=1,2", "seed=0"]))
+        check_distinct_dirs(sweep_jobs(sweep_config(tmp_path, ["num_threads=1,2", "seed=0"])), {})
+
+
+def test_what_every_job_shares_stays_out_of_the_job_dir_names(tmp_path):
+    """The overrides every job of a sweep dir's first launch gives alike are recorded in the
+    dir and left out of its job names; a later launch names a constant it changes or drops;
+    a dir holding runs named before such records keeps whole names."""
+    from runs.jobs import CONSTANTS, constant_overrides, job_dir, sweep_constants
+
+    jobs = [["trainer.max_steps=9", "placement=post", f"seed={s}", "num_threads=1"] for s in (0, 1)]
+    constants = constant_overrides(jobs)  # the seed is always named, threads never
+    assert constants == {"trainer.max_steps": "trainer.max_steps=9", "placement": "placement=post"}
+    assert job_dir(jobs[1], None, constants) == "seed=1"
+    assert job_dir(["trainer.max_steps=8", "seed=1"], None, constants) == (
+        "placement=_unset_,seed=1,trainer.max_steps=8"
+    )
+    assert sweep_constants(tmp_path / "new", jobs) == constants  # not recorded unless asked
+    assert not (tmp_path / "new").exists()
+    assert sweep_constants(tmp_path / "new", jobs, record=True) == constants
+    assert sweep_constants(tmp_path / "new", [["seed=2"]]) == constants  # the first launch's
+    (tmp_path / "old" / "placement=post,seed=0").mkdir(parents=True)  # named whole before
+    assert sweep_constants(tmp_path / "old", jobs, record=True) == {}
+    assert (tmp_path / "old" / CONSTANTS).is_file()
+
+
+def test_a_sweep_names_its_job_dirs_by_what_varies_and_a_rerun_finds_them(tmp_path):
+    """train.py -m with constant overrides: the job dirs name the seed (always) and the depth
+    (always), not the constants; the same command with one more seed skips the finished two."""
+
+    def sweep(seeds: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "train.py", "-m", *TINY_RUN, f"seed={seeds}",
+             f"hydra.sweep.dir={tmp_path}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    done = sweep("0,1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name[0] != ".")
+    assert names == ["model.n_layer=1,seed=0", "model.n_layer=1,seed=1"]
+    done = sweep("0,1,2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"sweep {tmp_path}: 1 completed, 2 skipped" in done.stdout, done.stdout[-2000:]
+    assert (tmp_path / "model.n_layer=1,seed=2" / "summary.json").is_file()
 
 
 def test_two_jobs_in_one_dir_are_both_counted(tmp_path, capsys):
