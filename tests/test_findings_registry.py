@@ -187,3 +187,29 @@ def test_norm_saturation_is_the_mean_over_layers_at_the_last_probe():
     assert norm_saturation(c) == pytest.approx(0.3)  # (0.2 + 0.4) / 2
     c.metrics = {"saturation/norm/layer_0": [(0, 0.5)]}  # one layer never logged: no value
     assert norm_saturation(c) is None
+
+
+def test_every_arm_key_names_a_field_its_runs_have() -> None:
+    """An arm's key is a report param (analysis.runs.CANONICAL) or a config key of its
+    experiment: a key the runs lack matches every run (select.matching reads an absent key as
+    "not varied"), so F20's first ``max_steps`` pooled both budgets into each arm."""
+    from omegaconf import OmegaConf
+
+    from analysis.runs import CANONICAL
+    from experiments.sweep import compose
+
+    missing = object()
+    for name, finding in FINDINGS.items():
+        parts = [p for c in finding.claims for p in c.parts]
+        parts += [c.gate.part for c in finding.claims if c.gate and c.gate.part]
+        for arm in {json.dumps(a, sort_keys=True, default=str) for p in parts for a in p.arms}:
+            arm = json.loads(arm)
+            groups = [
+                f"{k}={arm[k]}"
+                for k in ("model", "placement", "norm", "param")
+                if str(arm.get(k, "")).isidentifier()
+            ]  # fmt: skip  (not EACH's <each>)
+            cfg = compose(finding.experiment, groups)
+            for key in arm:
+                found = OmegaConf.select(cfg, key, default=missing) is not missing
+                assert key in CANONICAL or found, f"{name}: arm key {key!r} is no run field"

@@ -104,7 +104,7 @@ F19 = Finding("f19_topologies", "F19: residual topologies and gated attention at
       P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
-STEPS, SHORT_RUN, LONG_RUN_STEPS = "max_steps", 200, 3200
+STEPS, SHORT_RUN, LONG_RUN_STEPS = "trainer.max_steps", 200, 3200
 F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget grows", (
     C("F20a", "DyT's loss relative to LayerNorm's worsens as the token budget grows 16x",
       "Verma 2026", P("contrast", ({**DYT, STEPS: LONG_RUN_STEPS}, {**pre("layernorm"),
