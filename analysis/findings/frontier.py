@@ -111,9 +111,9 @@ F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget 
                                    STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN},
                                    {**pre("layernorm"), STEPS: SHORT_RUN}), 0.0, "above",
                       weights=(1, -1, -1, 1)), lr="fixed",
-      departs="0.2M and 3.3M tokens for a 0.4M-parameter GPT (0.5 and 8 tokens a parameter): "
-              "the paper's 64M model saw 1M and 118M (0.016 and 1.8), a regime whose tokens "
-              "per parameter leave a model this small at the unigram plateau"),
+      departs="0.2M and 3.3M tokens for a 0.22M-parameter GPT (0.9 and 15 tokens a parameter, "
+              "untied head): the paper's 64M model saw 1M and 118M (0.016 and 1.8), a regime "
+              "whose tokens per parameter leave a model this small at the unigram plateau"),
     C("F20b", "DyT's share of saturated units grows with the token budget", "Verma 2026",
       P("ratio2", ({**DYT, STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN}), 1.0, "above",
         measure="norm_saturation"), lr="fixed", departs=SHORT),
