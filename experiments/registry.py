@@ -66,9 +66,16 @@ def text(verdict: dict) -> str:
 
 
 def recompute_all(paths: list[Path]) -> int:
-    """Each verdict.json's claims decided again from its own table; 1 when one differs."""
+    """Each verdict.json's claims decided again from its own table; 1 when one differs. A dir
+    without one (a finding not yet run) is named and passed over, as are files that are no
+    verdict (docs/findings/*'s README.md and ledger.json)."""
     code = 0
     for path in paths:
+        if path.is_dir() and not (path / "verdict.json").exists():
+            console.print(f"{path}: no verdict yet", markup=False)  # declared, not yet run
+            continue
+        if path.is_file() and not path.name.startswith("verdict"):
+            continue  # docs/findings/*'s README.md and ledger.json
         path = path / "verdict.json" if path.is_dir() else path
         record = read_verdict(path)
         if record is None or "table" not in record:
@@ -76,12 +83,17 @@ def recompute_all(paths: list[Path]) -> int:
             code = 1
             continue
         again = recompute(record)
-        differs = [
-            a["id"] for a, b in zip(again, record["claims"], strict=False) if text(a) != text(b)
-        ]
+        pairs = list(zip(again, record["claims"], strict=False))
+        # a claim declared anew since (its hash moved) is decided by other rules now, so its
+        # file cannot be checked against them
+        anew = [a["id"] for a, b in pairs if a["hash"] != b.get("hash")]
+        differs = [a["id"] for a, b in pairs if a["id"] not in anew and text(a) != text(b)]
         if len(again) != len(record["claims"]):
             differs.append("the number of claims")
         same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"
+        if anew:
+            why = "seeds sized at the freeze, or a ledger entry"
+            same += f"; {', '.join(anew)} declared anew since ({why})"
         registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
         console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
         code = max(code, int(bool(differs)))

@@ -319,7 +319,9 @@ def test_f1_end_to_end(tmp_path: Path, capsys) -> None:
         assert str(out) not in (docs / name).read_text()
 
 
-def test_recompute_finds_every_verdict_identical_from_its_file(tmp_path: Path, monkeypatch) -> None:
+def test_recompute_finds_every_verdict_identical_from_its_file(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     """verdict.json holds every per-run value its verdicts read: --recompute decides them again
     from the file alone and says identical; a value changed in the table is caught."""
     out = tmp_path / "f2"
@@ -333,6 +335,17 @@ def test_recompute_finds_every_verdict_identical_from_its_file(tmp_path: Path, m
     row["values"]["best_val_loss"] += 0.5
     (out / "verdict.json").write_text(json.dumps(record))
     assert reproduce.main(["--recompute", str(out / "verdict.json")]) == 1
+    # a claim declared anew since its file is named, not failed; a glob's other entries (a
+    # README, a finding not yet run) are passed over
+    for claim in record["claims"]:
+        claim["hash"] = "0" * 16
+    (out / "verdict.json").write_text(json.dumps(record))
+    (tmp_path / "README.md").write_text("# findings\n")
+    (tmp_path / "f99").mkdir()
+    paths = [str(out), str(tmp_path / "README.md"), str(tmp_path / "f99")]
+    assert reproduce.main(["--recompute", *paths]) == 0
+    said = capsys.readouterr().out
+    assert "F2a, F2b declared anew since" in said and "f99: no verdict yet" in said
 
 
 def all_frozen_at(first: int):
