@@ -177,6 +177,7 @@ class LayerDrop(Every, ProbeBatchCallback):
         log_to_loggers(trainer, to_floats(values), step)
 
 
+@torch.no_grad()
 def layer_drop(
     model: nn.Module,
     inputs: torch.Tensor,
