@@ -4,6 +4,7 @@
     python -m scripts.bench --only gpt,optimizer      # sections (cli.py)
     python -m scripts.bench probe_set                 # the default probe set's cost
     python -m scripts.bench concurrent --jobs 1,4,8   # runs an hour, several at once on a GPU
+    python -m scripts.bench anchor --nanogpt DIR      # nanoGPT's CPU recipe, its model vs ours
 
 The one-off tools whose results docs/benchmarks.md records (profile, threads, data, curves) were
 retired after commit e4fa5fe; ``git show e4fa5fe:scripts/bench/<tool>.py`` is each as it ran.
@@ -12,7 +13,7 @@ retired after commit e4fa5fe; ``git show e4fa5fe:scripts/bench/<tool>.py`` is ea
 import runpy
 import sys
 
-TOOLS = ("probe_set", "concurrent")
+TOOLS = ("probe_set", "concurrent", "anchor")
 
 if len(sys.argv) > 1 and sys.argv[1] in TOOLS:
     tool = sys.argv.pop(1)

@@ -15,8 +15,8 @@ still differs: normlab's LayerNorms keep their bias (nanoGPT's bias=False drops 
 warmup is (k + 1) / 100 rather than (k + 1) / 101, and its cosine runs from step 100 to 2000
 where nanoGPT's does the same over its own 2000 iterations (the schedules agree to 1%).
 
-    python -m scripts.bench.anchor --nanogpt ~/nanoGPT            # 2 seeds each, 2000 steps
-    python -m scripts.bench.anchor --nanogpt ~/nanoGPT --steps 200 --seeds 0 --out anchor.json
+    python -m scripts.bench anchor --nanogpt ~/nanoGPT            # 2 seeds each, 2000 steps
+    python -m scripts.bench anchor --nanogpt ~/nanoGPT --steps 200 --seeds 0 --out anchor.json
 """
 
 from __future__ import annotations
