@@ -56,11 +56,12 @@ def job_dir(
     threads or loggers) finds the runs it finished before."""
     constants = constants or {}
     kept: dict[str, str] = {}
+    given = set()
     for item in map(str, overrides):
         key = named(item)
+        given.add(key)
         if key is not None and constants.get(key) != item:
             kept[item] = key
-    given = {named(item) for item in map(str, overrides)}
     for key in constants.keys() - given:
         kept[f"{key}={UNSET}"] = key
     for key in ALWAYS_NAMED:
