@@ -3,9 +3,12 @@ head whose largest logit in that step's forward passed tau has its query and key
 scaled down, so that the same inputs would give at most tau:
 
     S_h = max over the batch and every (i, j) the mask allows of q_i . k_j * scale
-    eta_h = min(1, tau / S_h);   W_q^h <- W_q^h * sqrt(eta_h),   W_k^h <- W_k^h * sqrt(eta_h)
+    for each head with S_h > tau:   eta_h = tau / S_h,
+    W_q^h <- W_q^h * sqrt(eta_h),   W_k^h <- W_k^h * sqrt(eta_h)
 
-(the paper's split alpha = 0.5; biases, where the model has them, the same way). ``scale`` is the
+(the paper's split alpha = 0.5; biases, where the model has them, the same way). A head whose
+every logit is negative (it happens within a few steps at d=64) is not over tau and is left as
+it is: min(1, tau / S_h) would be negative there, and its square root NaN. ``scale`` is the
 attention's own (1 / sqrt(d_h), or muP's). Kimi K2 applies it with Muon at tau = 100; the rescale
 is a weight edit after the step, whatever the optimizer. S_h is read by a forward pre-hook on
 each Attention during training forwards (one more q, k projection and q k^T per layer: the
@@ -50,7 +53,9 @@ class QKClip:
         for i, attn in enumerate(self.attentions):
             if i not in self.last:
                 continue
-            eta = (self.tau / self.last.pop(i)).clamp(max=1.0)
+            top = self.last.pop(i)
+            # only heads over tau (a head whose every logit is negative must not get tau / S < 0)
+            eta = torch.where(top > self.tau, self.tau / top, torch.ones_like(top))
             if bool((eta < 1.0).any()):
                 per_row = eta.sqrt().repeat_interleave(attn.q_proj.out_features // attn.n_head)
                 for proj in (attn.q_proj, attn.k_proj):

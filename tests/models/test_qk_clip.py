@@ -55,6 +55,24 @@ def test_a_clip_scales_each_hot_heads_q_and_k_so_its_max_logit_is_tau():
     assert model.qk_clip.clip() == 0  # nothing recorded since: nothing to do
 
 
+def test_a_head_whose_every_logit_is_negative_is_left_alone():
+    """tau / S is negative when S < 0: only heads over tau are rescaled (the pilot of F16 read
+    NaN weights from the square root of it at tau 100, every run of the Muon + QK-clip arm)."""
+    model = clip_gpt(tau=100.0, n_embd=16, n_head=4)
+    attn = model.blocks[0].attn
+    with torch.no_grad():  # q = b, k = -b at every position: every logit is -|b|^2 / sqrt(4)
+        for proj, sign in ((attn.q_proj, 1.0), (attn.k_proj, -1.0)):
+            proj.weight.zero_()
+            proj.bias.copy_(sign * torch.ones(16))
+    w_q, w_k = attn.q_proj.weight.clone(), attn.k_proj.bias.clone()
+    model.train()
+    attn(torch.randn(2, 6, 16))
+    assert (model.qk_clip.last[0] < 0).all()
+    assert model.qk_clip.clip() == 0
+    torch.testing.assert_close(attn.q_proj.weight, w_q)
+    torch.testing.assert_close(attn.k_proj.bias, w_k)
+
+
 def test_only_training_forwards_record():
     model = clip_gpt(tau=1e-6)
     idx = torch.randint(0, model.cfg.vocab_size, (2, 8))
