@@ -74,7 +74,8 @@ F16 = Finding("f16_logit_controls", "F16: the logit-control league at each contr
       lr="fixed", gate=over_tau(CLIP_LR), departs=SHORT),
     C("F16c", f"At lr {ACTS_LR}, where Muon's largest logit passes tau, QK-clip costs no loss: "
       "its final loss is within 0.05 nats of Muon's without it, or below", "Kimi Team 2025",
-      P("paired", ({**CLIPPED, "lr": ACTS_LR}, {**MUON, "lr": ACTS_LR}), CLOSE, "below"),
+      P("paired", ({**CLIPPED, "lr": ACTS_LR}, {**MUON, "lr": ACTS_LR}), CLOSE, "below",
+        measure=LOSS),
       lr="fixed", gate=over_tau(ACTS_LR), departs=SHORT),
     C("F16d", "Each logit control lowers the LR sensitivity of the unprotected model",
       "Wortsman et al. 2023; Rybakov et al. 2024; Zhai et al. 2023; Qiu et al. 2025",
