@@ -67,7 +67,7 @@ F16 = Finding("f16_logit_controls", "F16: the logit-control league at each contr
       "further above its best rate than QK-norm alone", "Rybakov et al. 2024",
       P("curve_ratio", (QKCAP, QKNORM), 1.5, "above", stat="span_up", measure=LOSS),
       lr="curve", departs="the paper's stable rate (no divergence) read as the span of rates "
-              "within 0.1 nats of the best; " + SHORT),
+              "within 0.1 nats of the best; " + SHORT, seeds=10),
     C("F16b", f"At lr {CLIP_LR}, the largest swept rate at which Muon trains, QK-clip holds the "
       "largest attention logit near tau (100)", "Kimi Team 2025",
       P("mean", ({**CLIPPED, "lr": CLIP_LR},), 1.5 * KIMI_TAU, "below", measure="peak_logit"),
@@ -84,7 +84,7 @@ F16 = Finding("f16_logit_controls", "F16: the logit-control league at each contr
     C("F16e", "Gated attention keeps its loss within 0.1 nats of its best further above its "
       "best rate than the unprotected model", "Qiu et al. 2025",
       P("curve_ratio", (GATED, UNPROTECTED), 1.0, "above", stat="span_up", measure=LOSS),
-      lr="curve", departs=SHORT),
+      lr="curve", departs=SHORT, seeds=7),
 ), plots=("lr_sensitivity.png", "lr_sweep.png", "loss_curves.png"),
    figures=(Figure("lr_sweep.png", "optim.lr", ("max:attn/max_logit", "final_val_loss")),))
 
@@ -100,15 +100,15 @@ GATED12 = TOPOLOGY(**{"model.attn_gate": "headwise"})
 F19 = Finding("f19_topologies", "F19: residual topologies and gated attention at the league's "
               "depth, each at its stable best learning rate", (
     C("F19a", "Hyper-connections (4 streams) end below Pre-LN's plain residual sum", ZHU,
-      P("diff", (HC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+      P("diff", (HC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE, seeds=7),
     C("F19b", "Manifold-constrained hyper-connections end below Pre-LN's plain sum", XIE,
-      P("diff", (MHC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+      P("diff", (MHC4, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE, seeds=10),
     C("F19c", "Manifold-constrained hyper-connections end at least as well as hyper-connections",
-      XIE, P("diff", (MHC4, HC4), CLOSE, "below"), departs=LEAGUE_SIZE),
+      XIE, P("diff", (MHC4, HC4), CLOSE, "below"), departs=LEAGUE_SIZE, seeds=10),
     C("F19d", "Frac-connections (2 fractions) end below Pre-LN's plain sum",
       "Zhu et al. 2025b", P("diff", (FRAC2, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
     C("F19e", "Head-wise gated attention ends below Pre-LN without it", "Qiu et al. 2025",
-      P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE),
+      P("diff", (GATED12, PLAIN_SUM), 0.0, "below"), departs=LEAGUE_SIZE, seeds=6),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 STEPS, SHORT_RUN, LONG_RUN_STEPS = "trainer.max_steps", 200, 3200
@@ -117,13 +117,13 @@ F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget 
       "Verma 2026", P("contrast", ({**DYT, STEPS: LONG_RUN_STEPS}, {**pre("layernorm"),
                                    STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN},
                                    {**pre("layernorm"), STEPS: SHORT_RUN}), 0.0, "above",
-                      weights=(1, -1, -1, 1)), lr="fixed",
+                      weights=(1, -1, -1, 1)), lr="fixed", seeds=10,
       departs="0.2M and 3.3M tokens for a 0.22M-parameter GPT (0.9 and 15 tokens a parameter, "
               "untied head): the paper's 64M model saw 1M and 118M (0.016 and 1.8), a regime "
               "whose tokens per parameter leave a model this small at the unigram plateau"),
     C("F20b", "DyT's share of saturated units grows with the token budget", "Verma 2026",
       P("ratio2", ({**DYT, STEPS: LONG_RUN_STEPS}, {**DYT, STEPS: SHORT_RUN}), 1.0, "above",
-        measure="norm_saturation"), lr="fixed", departs=SHORT),
+        measure="norm_saturation"), lr="fixed", departs=SHORT, seeds=10),
 ), plots=("loss_curves.png",))
 
 SIGMA = "model.sigma_reparam"
