@@ -77,20 +77,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("finding", nargs="?", choices=sorted([*FINDINGS, *ALIASES, "all"]))
     p.add_argument("--size", choices=SIZES, default="cpu")
-    p.add_argument(
-        "--out", type=Path, default=None, help="sweep dir (default multirun/reproduce/<experiment>)"
-    )
+    p.add_argument("--out", type=Path, help="sweep dir (default multirun/reproduce/<experiment>)")
     p.add_argument(
         "--dry-run", action="store_true", help="show the sweep and the claims; run nothing"
     )
-    p.add_argument(
-        "--publish", type=Path, default=None, help="copy verdict, report and key plots here"
-    )
+    p.add_argument("--publish", type=Path, help="copy verdict, report and key plots here")
     p.add_argument(
         "--recompute",
         type=Path,
         nargs="+",
-        default=None,
         metavar="DIR",
         help="decide every verdict again from these verdict.json files (or dirs holding one) "
         "and say whether each is identical",
@@ -99,7 +94,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--freeze",
         nargs="*",
-        default=None,
         metavar="FINDING",
         help="freeze the registry: record each claim's hash and the fresh seeds the "
         "confirmatory runs take (analysis/findings/frozen.json); with findings named, only "
@@ -342,11 +336,8 @@ class Clock:
     """This command's wall and CPU time (its sweep's jobs included) and the machine's load."""
 
     def __init__(self) -> None:
-        self.load_start, self.start, self.cpu_start = (
-            finite_load(),
-            time.perf_counter(),
-            cpu_seconds(),
-        )
+        self.load_start = finite_load()
+        self.start, self.cpu_start = time.perf_counter(), cpu_seconds()
 
     def wall(self) -> float:
         return time.perf_counter() - self.start

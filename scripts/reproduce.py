@@ -14,7 +14,8 @@ depth), f8 (the residual stream, Pre-LN vs Peri-LN), f9 (deep Pre-LN's later blo
 Scaling), f10 (attention entropy, QK-norm), f11 (Admin at depth), f12 (log Z and z-loss), f13
 (LR sensitivity under qk-layernorm and z-loss, read from f6's sweep), f14 (learning-rate
 transfer under muP and CompleteP), f15 (sigmaReparam and entropy collapse), f16 (the logit
-controls), f17 (the norm-free layers), f18 (the instruments), f19 (the residual topologies);
+controls), f17 (the norm-free layers), f18 (the instruments), f19 (the residual topologies), f20
+(DyT and the token budget), f13mu (F13's combined interventions with muParam);
 ``--dry-run`` lists them all with their claims and time estimates. Each sweep runs as
 ``python train.py -m experiment=<name> hydra.sweep.dir=<out>`` (f1 with scripts/init_probe.py). Then
 analysis/report.py writes <out>/report/ and analysis/findings decides the claims

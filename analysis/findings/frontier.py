@@ -1,5 +1,6 @@
-"""The findings of the 2025-26 round (F14-F17, F19, F20), declared in the registry's words
-(analysis/findings/vocabulary.py); analysis/findings/registry.py lists them with the rest."""
+"""The findings of the 2025-26 round (F14-F17, F19, F20, F13 with muParam), declared in the
+registry's words (analysis/findings/vocabulary.py); analysis/findings/registry.py lists them with
+the rest."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from analysis.findings.vocabulary import (
     SENS_GAP,
     SHIFT,
     SHORT,
+    SPAN_UP,
+    WORTSMAN,
     ZHAI,
     C,
+    Z,
     at,
     pre,
 )
@@ -177,4 +181,24 @@ F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across 
       P("curve", (size("sp", **SHALLOW), size("sp", **DEEP)), SHIFT, "above", stat="log_best_lr",
         measure=LOSS), lr="curve", departs=TINY),
 ), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
+
+# F13's combined interventions with the one F6's sweep cannot run, muParam: a sweep of its own at
+# F6's model, rates and steps, every arm's parametrization named
+NEITHER, QK_Z = {"param": "sp", QK: False, Z: 0.0}, {"param": "sp", QK: True, Z: MAX}
+ALL3 = {**QK_Z, "param": "mup"}
+MUPARAM = ("normlab's muP (Yang et al. 2022's table) with its base at half the width, in place of "
+           "the paper's simple muParam; a single width")
+F13MU = Finding("f13_muparam", "F13 with muParam: the combined interventions of Wortsman et al. "
+                "2023 (Figure 1)", (
+    C("F13d", "With qk-layernorm, z-loss and muParam the loss stays within 0.1 nats of its best "
+      "up to 10x above its best rate, further than without the three", WORTSMAN,
+      P("curve_level", (ALL3,), SPAN_UP, "above", stat="span_up", measure=LOSS),
+      P("curve_ratio", (ALL3, NEITHER), 1.0, "above", stat="span_up", measure=LOSS), lr="curve",
+      departs=MUPARAM),
+    C("F13e", "With qk-layernorm and z-loss on, muParam lowers the LR sensitivity while the best "
+      "loss stays", WORTSMAN,
+      P("curve", (QK_Z, ALL3), SENS_GAP, "above", measure=LOSS),
+      P("curve", (ALL3, QK_Z), CLOSE, "below", stat="best", measure=LOSS), lr="curve",
+      departs=MUPARAM),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
 # fmt: on
