@@ -21,7 +21,6 @@ from analysis.findings.vocabulary import (
     WORTSMAN,
     ZHAI,
     C,
-    Z,
     at,
     pre,
 )
@@ -36,17 +35,17 @@ DERF = {**pre("derf"), **GAIN}
 F17 = Finding("f17_norm_free", "F17: the norm-free and norm-like layers of 2025 against "
               "LayerNorm and RMSNorm", (
     C("F17a", "Derf ends below LayerNorm", "Chen et al. 2025",
-      P("diff", (DERF, pre("layernorm")), 0.0, "below"), departs=SHORT),
+      P("diff", (DERF, pre("layernorm")), 0.0, "below"), departs=SHORT, seeds=10),
     C("F17b", "Derf ends below DyT", "Chen et al. 2025",
-      P("diff", (DERF, DYT), 0.0, "below"), departs=SHORT),
+      P("diff", (DERF, DYT), 0.0, "below"), departs=SHORT, seeds=10),
     C("F17c", "SeeDNorm ends below RMSNorm", "Cai et al. 2025",
       P("diff", (pre("seednorm"), pre("rmsnorm")), 0.0, "below"), departs=SHORT),
     C("F17d", "DyT matches LayerNorm", "Zhu et al. 2025",
-      P("diff", (DYT, pre("layernorm")), CLOSE, "within"), departs=SHORT),
+      P("diff", (DYT, pre("layernorm")), CLOSE, "within"), departs=SHORT, seeds=10),
     C("F17e", "DyT with the attention input's a apart (0.8 there, 0.2 elsewhere) matches "
       "LayerNorm", "Zhu et al. 2025 (their LLaMA 7B init)",
       P("diff", (DYT_APART, pre("layernorm")), CLOSE, "within"),
-      departs=SHORT + "; the init was tuned at 7B"),
+      departs=SHORT + "; the init was tuned at 7B", seeds=10),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 
 CAP, CLIP, GATE = "model.attn_softcap", "model.qk_clip", "model.attn_gate"
@@ -183,8 +182,9 @@ F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across 
 ), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
 
 # F13's combined interventions with the one F6's sweep cannot run, muParam: a sweep of its own at
-# F6's model, rates and steps, every arm's parametrization named
-NEITHER, QK_Z = {"param": "sp", QK: False, Z: 0.0}, {"param": "sp", QK: True, Z: MAX}
+# F6's model, rates and steps, every arm's parametrization named. z-loss 1e-4 runs exactly where
+# qk-layernorm does (conf/experiment/f13_muparam.yaml), so qk_norm names both.
+NEITHER, QK_Z = {"param": "sp", QK: False}, {"param": "sp", QK: True}
 ALL3 = {**QK_Z, "param": "mup"}
 MUPARAM = ("normlab's muP (Yang et al. 2022's table) with its base at half the width, in place of "
            "the paper's simple muParam; a single width")
