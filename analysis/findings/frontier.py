@@ -194,11 +194,11 @@ F13MU = Finding("f13_muparam", "F13 with muParam: the combined interventions of 
       "up to 10x above its best rate, further than without the three", WORTSMAN,
       P("curve_level", (ALL3,), SPAN_UP, "above", stat="span_up", measure=LOSS),
       P("curve_ratio", (ALL3, NEITHER), 1.0, "above", stat="span_up", measure=LOSS), lr="curve",
-      departs=MUPARAM),
+      departs=MUPARAM, seeds=10),
     C("F13e", "With qk-layernorm and z-loss on, muParam lowers the LR sensitivity while the best "
       "loss stays", WORTSMAN,
       P("curve", (QK_Z, ALL3), SENS_GAP, "above", measure=LOSS),
       P("curve", (ALL3, QK_Z), CLOSE, "below", stat="best", measure=LOSS), lr="curve",
-      departs=MUPARAM),
+      departs=MUPARAM, seeds=10),
 ), plots=("lr_sensitivity.png", "loss_curves.png"))
 # fmt: on
