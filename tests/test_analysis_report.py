@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -244,8 +245,14 @@ def test_the_report_joins_the_runs_wandb_group(sweep: Path, tmp_path: Path, caps
     assert f"wandb report run (offline): wandb sync {tmp_path / 'rep/wandb'}/offline-run-*" in out
     assert f"wandb sync {sweep}/*/wandb/offline-run-*" in out  # the runs' own, as before
     (record,) = (tmp_path / "rep/wandb").glob("offline-run-*/run-*.wandb")
+    # wandb's service process may still be writing the record when finish() returns on a loaded
+    # machine (the file held only its 7-byte header twice): read it until it holds the texts.
+    texts = ("study_x", "report-sweep-2026-11-29-12-00-00", "report.md", "report/variants")
+    deadline = time.monotonic() + 60
+    while not all(t.encode() in record.read_bytes() for t in texts) and time.monotonic() < deadline:
+        time.sleep(0.2)
     data = record.read_bytes()
-    for text in ("study_x", "report-sweep-2026-11-29-12-00-00", "report.md", "report/variants"):
+    for text in texts:
         assert text.encode() in data, text
     assert compare.main([str(sweep), "--out", str(tmp_path / "plain"), "--no-wandb"]) == 0
     assert not (tmp_path / "plain/wandb").exists()
