@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,10 +56,6 @@ class CharVocab:
         if UNK not in chars:
             chars.append(UNK)
         return cls(chars, chars.index(UNK))
-
-    @classmethod
-    def from_text(cls, text: str) -> CharVocab:
-        return cls.from_chars(text)
 
     @property
     def vocab_size(self) -> int:
@@ -279,11 +274,6 @@ def _hub_tokenizer_file(repo: str, revision: str | None) -> str:
             ) from err
         reason = (str(err).strip() or type(err).__name__).splitlines()[0]
         raise ValueError(f"unknown tokenizer {repo!r} ({reason}); {fix}") from err
-
-
-def bits_per_byte(nats: float, n_bytes: float) -> float:
-    """Total nats over the targets -> bits per UTF-8 byte of the text they spell."""
-    return nats / (math.log(2) * n_bytes)
 
 
 def load_vocab(path: str | Path) -> Tokenizer:

@@ -45,8 +45,6 @@ class Status(str, Enum):
 
 # A run with one of these statuses is over: a rerun into its dir skips it.
 FINISHED = (Status.COMPLETED, Status.DIVERGED)
-# Every status a summary.json can hold.
-STATUSES = (*FINISHED, Status.INTERRUPTED, Status.FAILED)
 
 
 class Outcome(str, Enum):

@@ -32,8 +32,6 @@ from torch import nn
 from models.gpt import GPT, GPTConfig
 from training.probes import PROBES, ProbeConfig, probe_callbacks
 
-HOOKS = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")
-
 
 class Holder(nn.Module):
     """Stands in for the task module: the callbacks read ``.model`` and ``.device``."""
