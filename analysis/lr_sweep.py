@@ -9,10 +9,10 @@ its best, and summarize how much a variant cares about the rate by its LR sensit
 l(lr) is the final validation loss at that rate, the mean over seeds of each run's loss capped
 at l0 (a diverged run counts at l0), l0 the loss at initialization (the mean first logged train
 loss of the variant's runs), l* = min over the lrs of l(lr). ``capped`` and ``sensitivity`` are
-the one definition: the report's column and the findings' verdicts (analysis/findings/lr.py)
+the one definition: the report's column and the findings' verdicts (analysis/findings/estimands.py)
 both compute with them. A variant whose best rate is the smallest or the largest swept
 (``edge``) may do better outside the grid: widen it before ranking on it. A variant whose runs
-at its best rate all completed without training (training/record.did_not_train: they ended on
+at its best rate all completed without training (runs/record.did_not_train: they ended on
 the unigram or chance plateau) never trained at any rate: its curve is flat because nothing was
 learned, so it is marked "did not train" and ranked after every variant that trained, never as
 the least sensitive.

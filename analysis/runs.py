@@ -261,7 +261,7 @@ class Run:
 
     @property
     def did_not_train(self) -> str | None:
-        """Why this completed run did not train (training/record.did_not_train), or None; an
+        """Why this completed run did not train (runs/record.did_not_train), or None; an
         older summary.json without the field is judged from its metrics.csv's first loss."""
         if "did_not_train" in self.summary:
             return self.summary["did_not_train"] or None

@@ -1,5 +1,5 @@
 """Normalization layers, built by name through the NORMS registry (models/catalog.py, torch-free:
-name -> NormSpec, called as spec(dim, eps, **opts); importable from here as before).
+name -> NormSpec, called as spec(dim, eps, **opts)); ``build_norm`` builds one by name.
 
 Every norm maps a (..., dim) tensor to the same shape and normalizes features. Most take their
 statistics from one token's features alone; BatchNorm and InstanceNorm also take them across the

@@ -68,23 +68,14 @@ def windows(ids: torch.Tensor, size: int, count: int) -> torch.Tensor:
 def profile(model: GPT, batch: torch.Tensor) -> dict:
     """Per-layer lists of every PER_LAYER measure, the max attention logit per layer, log Z and
     the next-token loss of ``batch``."""
-    from training import probes
+    from training.probes.forward import run_forward_probes
+    from training.probes.registry import MEASURES
+    from training.probes.weights import layer_drop
 
-    measures = [
-        probes.ActNorm(),
-        probes.ActMax(),
-        probes.BlockCos(),
-        probes.AttnEntropy(),
-        probes.MaxAttnLogit(),
-        probes.LogZ(),
-        probes.AttnSink(),
-        probes.MassiveActivations(),
-        probes.OutlierKurtosis(),
-        probes.LinearOutputs(),
-        probes.Headroom(),
-    ]
-    flat = probes.run_forward_probes(model, batch, measures, step=0)
-    flat |= {k: float(v) for k, v in probes.layer_drop(model, batch[:, :-1], batch[:, 1:]).items()}
+    names = ("ActNorm", "ActMax", "BlockCos", "AttnEntropy", "MaxAttnLogit", "LogZ", "AttnSink")
+    names += ("MassiveActivations", "OutlierKurtosis", "LinearOutputs", "Headroom")
+    flat = run_forward_probes(model, batch, [MEASURES[n]() for n in names], step=0)
+    flat |= {k: float(v) for k, v in layer_drop(model, batch[:, :-1], batch[:, 1:]).items()}
     out: dict = {"layers": len(model.blocks)}
     for name in (*PER_LAYER, "attn/max_logit"):
         out[name] = [flat[f"{name}/layer_{i}"] for i in range(len(model.blocks))]

@@ -106,7 +106,8 @@ def test_model_init_from_starts_training_from_the_checkpoint(tmp_path, compose_c
     import csv
 
     import train
-    from data import TextDataConfig, TextDataModule
+    from data.config import TextDataConfig
+    from data.text import TextDataModule
     from runs.errors import ConfigError
 
     torch.manual_seed(0)

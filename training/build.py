@@ -32,7 +32,7 @@ from training.errors import BUILD_ERRORS
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, wandb_run_id
 from training.ngpt import SphereWeights
-from training.probes import probe_callbacks
+from training.probes.registry import probe_callbacks
 from training.reliability.checkpoint_io import AtomicCheckpointIO
 from training.reliability.checkpoints import metrics_cut
 from training.reliability.progress import StepProgressBar, step_progress

@@ -1,6 +1,6 @@
 """What a run prints: the one header line before it trains, and nothing of the libraries' own
 chatter that a user cannot act on. Its progress is training/reliability/progress.py's, the
-final line training/record.result_line.
+final line runs/record.result_line.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch import nn
 from models.kernels import kernel_used
 from runs.record import RunRecord, Status, did_not_train
 from training.mfu import utilization
-from training.probes import probe_summary
+from training.probes.registry import probe_summary
 from training.reliability.resume import ResumeCheckpoint
 from training.task import TrainTask
 

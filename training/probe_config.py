@@ -18,18 +18,18 @@ from runs import metric_names as names
 class ProbeSpec:
     every: int  # default interval in optimizer steps
     doc: str
-    # a ForwardMeasure of the shared forward pass: its class in training/probes/ by name, or the
-    # class; or its own callback: a factory (every, ProbeConfig, probe batch) -> Callback, by
-    # name in training/probes/registry.py, or the factory
+    # a ForwardMeasure of the shared forward pass, or a callback of its own: a factory (every,
+    # ProbeConfig, probe batch) -> Callback; each by name in training/probes/registry.py
+    # (MEASURES, or a factory function there), or the class or factory itself
     measure: str | type | None = None
     callback: str | Callable[[int, ProbeConfig, object], Any] | None = None
     after_forward: bool = False  # its callback runs after the shared forward pass
     default_on: bool = True  # whether a plain run (probes.enabled: null) runs it
 
     def make_measure(self) -> Any:
-        """A fresh instance of its forward measure (the class resolved in training/probes/)."""
+        """A fresh instance of its forward measure (resolved in training/probes/registry.py)."""
         if isinstance(self.measure, str):  # by name when built: this module stays torch-free
-            return getattr(importlib.import_module("training.probes"), self.measure)()
+            return importlib.import_module("training.probes.registry").MEASURES[self.measure]()
         return self.measure()
 
     def make_callback(self, every: int, cfg: ProbeConfig, batch: object) -> Any:

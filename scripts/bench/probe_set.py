@@ -30,7 +30,8 @@ from lightning.pytorch.plugins.precision import Precision
 from torch import nn
 
 from models.gpt import GPT, GPTConfig
-from training.probes import PROBES, ProbeConfig, probe_callbacks
+from training.probe_config import PROBES, ProbeConfig
+from training.probes.registry import probe_callbacks
 
 
 class Holder(nn.Module):

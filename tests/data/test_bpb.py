@@ -10,8 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from data import TextDataConfig, TextDataModule, load_vocab
+from data.config import TextDataConfig
 from data.corpora import load_text
+from data.text import TextDataModule
+from data.tokenizer import load_vocab
 from models.gpt import GPT, GPTConfig
 from training.task import LanguageModelTask, OptimConfig
 

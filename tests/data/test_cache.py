@@ -16,8 +16,9 @@ import pytest
 
 import data.cache
 import data.tokens
-from data import TextDataConfig, TextDataModule
 from data.cache import cache_root, entry_dir
+from data.config import TextDataConfig
+from data.text import TextDataModule
 from data.tokens import cache_key, label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +132,7 @@ def test_racing_jobs_build_the_entry_once(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_racing_processes_share_one_entry(tmp_path):
     code = (
-        "from data import TextDataConfig, TextDataModule;"
+        "from data.config import TextDataConfig; from data.text import TextDataModule;"
         f"dm = TextDataModule(TextDataConfig(cache_dir={str(tmp_path)!r}, tokenizer='bpe', "
         "vocab_size=400), 16, 2, 0); dm.setup(); print(dm.cache_path, int(dm.train_tokens.sum()))"
     )

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import data.cache
-from data import TextDataConfig, TextDataModule
-from data.config import ImageDataConfig
+from data.config import ImageDataConfig, TextDataConfig
+from data.text import TextDataModule
 from data.vision import ImageDataModule
 
 COLOURS = {"red": (200, 10, 10), "blue": (10, 10, 200)}

@@ -8,7 +8,9 @@ import time
 import pytest
 
 import data.hub as hub_mod
-from data import ImageDataConfig, ImageDataModule, TextDataConfig, TextDataModule
+from data.config import ImageDataConfig, TextDataConfig
+from data.text import TextDataModule
+from data.vision import ImageDataModule
 
 
 def fails_fast(make, error: type, match: str, seconds: float = 5.0) -> None:

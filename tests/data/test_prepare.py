@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import data.tokens
-from data import TextDataConfig, TextDataModule
+from data.config import TextDataConfig
+from data.text import TextDataModule
 from scripts import prepare
 
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from data import TextDataConfig, TextDataModule, load_vocab
+from data.config import TextDataConfig
 from data.corpora import CHUNK_CHARS, load_text
-from data.tokenizer import UNK, token_dtype
+from data.text import TextDataModule
+from data.tokenizer import UNK, load_vocab, token_dtype
 from tests.data.helpers import digest, take, write
 
 

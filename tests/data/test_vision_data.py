@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from data import ImageDataConfig, ImageDataModule
-from data.vision import fixed_split, random_crop
+from data.config import ImageDataConfig
+from data.vision import ImageDataModule, fixed_split, random_crop
 from tests.data.helpers import digest, take
 
 CLASSES = ("airplane", "bird", "cat")

@@ -37,7 +37,7 @@ from training.init_probe import measure_at_init
 from training.loggers import SECTIONS, STEP_AXIS, define_wandb_metrics, finish_wandb
 from training.optim import OPTIMIZERS
 from training.optim_config import OptimConfig, read_optim
-from training.probes import ProbeConfig
+from training.probe_config import ProbeConfig
 from training.sections import DivergenceConfig, gpu_accelerator
 from training.specs import MODELS
 from training.task import LanguageModelTask

@@ -1,9 +1,9 @@
 """The probe callbacks of a run, built from PROBES (name -> what it measures and how it runs)
-and ProbeConfig (which run and how often): both torch-free in training/probe_config.py,
-importable from here. Every probe is a registry entry with its own interval
-(``probes.every.<name>``, in optimizer steps) and its off-switch (leave it out of
-``probes.enabled``). Forward probes share one pass over
-the probe batch per step; the others are callbacks of their own.
+and ProbeConfig (which run and how often), both torch-free in training/probe_config.py, which
+names the measures and factories below by name. Every probe is a registry entry with its own
+interval (``probes.every.<name>``, in optimizer steps) and its off-switch (leave it out of
+``probes.enabled``). Forward probes share one pass over the probe batch per step; the others are
+callbacks of their own.
 """
 
 from __future__ import annotations
@@ -15,12 +15,29 @@ from training.probe_config import (
     PROBES,
     ProbeConfig,
 )
+from training.probes.attention import AttnEntropy, MaxAttnLogit
 from training.probes.forward import ForwardProbes
 from training.probes.gradients import GradNormProbe
+from training.probes.instruments import (
+    AttnSink,
+    Headroom,
+    LinearOutputs,
+    MassiveActivations,
+    OutlierKurtosis,
+    Saturation,
+)
+from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ, ModelUpdate
 from training.probes.sharpness import Sharpness
 from training.probes.spikes import LossSpikes, SpikeScore
 from training.probes.updates import UpdateRatio
 from training.probes.weights import AdamState, LayerDrop, Spectral
+
+# The measures of the shared forward pass that PROBES names, by class name.
+MEASURES = {
+    m.__name__: m
+    for m in (ActNorm, ActMax, BlockCos, LogZ, ModelUpdate, MaxAttnLogit, AttnEntropy)
+    + (AttnSink, MassiveActivations, OutlierKurtosis, LinearOutputs, Headroom, Saturation)
+}
 
 
 # The probes with callbacks of their own (PROBES' callback names), each (every, cfg, batch).

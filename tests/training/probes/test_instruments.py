@@ -17,27 +17,22 @@ from models.norms import Derf, DyT
 from models.vit import ViT, ViTConfig
 from runs import metric_names as names
 from tests.probe_helpers import TINY, batches, one_thread  # noqa: F401  (autouse)
-from training.probes import (
-    PROBES,
-    AdamState,
+from training.probe_config import PROBES
+from training.probes.forward import run_forward_probes
+from training.probes.instruments import (
     AttnSink,
     Headroom,
     LinearOutputs,
     MassiveActivations,
     OutlierKurtosis,
     Saturation,
-    layer_drop,
-    run_forward_probes,
-    spectral_norm,
-)
-from training.probes.instruments import (
     first_token_attention,
     massive,
     neuron_kurtosis,
     saturated_share,
 )
 from training.probes.spikes import SpikeScore, z_score
-from training.probes.weights import adam_norms
+from training.probes.weights import AdamState, adam_norms, layer_drop, spectral_norm
 
 INSTRUMENTS = ["AttnSink", "MassiveActivations", "OutlierKurtosis", "LinearOutputs"]
 INSTRUMENTS += ["Headroom", "Saturation"]

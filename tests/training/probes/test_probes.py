@@ -25,16 +25,11 @@ from tests.probe_helpers import (
 )
 from training.divergence import Divergence
 from training.init_probe import init_probe, measure_at_init, random_batches, write_probe_json
-from training.probes import (
-    PROBES,
-    ActNorm,
-    MaxAttnLogit,
-    ModelUpdate,
-    ProbeConfig,
-    max_attn_logit,
-    probe_callbacks,
-    run_forward_probes,
-)
+from training.probe_config import PROBES, ProbeConfig
+from training.probes.attention import MaxAttnLogit, max_attn_logit
+from training.probes.forward import run_forward_probes
+from training.probes.measures import ActNorm, ModelUpdate
+from training.probes.registry import probe_callbacks
 from training.sections import DivergenceConfig
 
 EVERY_STEP = ProbeConfig(every={name: 1 for name in PROBES}, batch_size=4)

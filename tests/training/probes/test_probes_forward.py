@@ -23,17 +23,11 @@ from tests.probe_helpers import (
     fit,
     one_thread,  # noqa: F401  (autouse, module scope)
 )
-from training.probes import (
-    PROBES,
-    ActMax,
-    AttnEntropy,
-    BlockCos,
-    LogZ,
-    ProbeConfig,
-    head_entropies,
-    probe_callbacks,
-    run_forward_probes,
-)
+from training.probe_config import PROBES, ProbeConfig
+from training.probes.attention import AttnEntropy, head_entropies
+from training.probes.forward import run_forward_probes
+from training.probes.measures import ActMax, BlockCos, LogZ
+from training.probes.registry import probe_callbacks
 
 QK = dict(TINY, qk_norm=True, dropout=0.1)
 FORWARD = [n for n, spec in PROBES.items() if spec.measure is not None]

@@ -23,8 +23,10 @@ from tests.probe_helpers import TINY, Snapshots, TinyTask, batches, fit
 from training.loggers import SECTIONS
 from training.optim import build_adamw, z_loss_term
 from training.optim_config import OptimConfig, lr_multiplier
-from training.probes import PROBES, LossSpikes, ProbeConfig, probe_callbacks, sharpness
-from training.probes.sharpness import top_eigenvalue
+from training.probe_config import PROBES, ProbeConfig
+from training.probes.registry import probe_callbacks
+from training.probes.sharpness import sharpness, top_eigenvalue
+from training.probes.spikes import LossSpikes
 from training.task import LanguageModelTask
 
 
