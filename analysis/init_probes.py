@@ -117,7 +117,7 @@ def load_probes(
 ) -> list[Probe]:
     """probe.json records anywhere below the sweep; without any, the runs' first logged norms."""
 
-    def run_params(run: Run) -> dict[str, Any]:  # what names a variant, and the seed
+    def variant_params(run: Run) -> dict[str, Any]:  # what names a variant, and the seed
         keys = [*CANONICAL, *fields]
         return {**{k: run.params.get(k) for k in keys}, "seed": run.seed}
 
@@ -128,7 +128,7 @@ def load_probes(
             continue
         data = read_json(path, warn, types=(dict, list))
         run = by_dir.get(path.parent)
-        base = run_params(run) if run else {}
+        base = variant_params(run) if run else {}
         records, shared = probe_records(data)
         parsed = [parse_probe(r, {**base, **shared}, runfiles.PROBE) for r in records]
         if records and not any(parsed):
@@ -141,7 +141,9 @@ def load_probes(
         act = first_logged(run, re.compile(r"act_norm/layer_(\d+)"))
         fc2 = run.metrics.get(names.LAST_FC2)
         if grad or act or fc2:
-            probes.append(Probe(run_params(run), grad, act, fc2[0][1] if fc2 else None, "metrics"))
+            probes.append(
+                Probe(variant_params(run), grad, act, fc2[0][1] if fc2 else None, "metrics")
+            )
     return probes
 
 

@@ -295,7 +295,7 @@ def run_sweep(
                         done.add(k)
                         what = " ".join(j for j in jobs[k] if j.partition("=")[0] in varying)
                         pace = eta(started, len(done - before_done), len(jobs) - len(done))
-                        line = progress_line(out / dirs[k], k, len(jobs), what, status, pace)
+                        line = run_line(out / dirs[k], k, len(jobs), what, status, pace)
                         console.print(f"  {line}", markup=False)
                 running = [str(k) for k, (status, _) in states.items() if status == "running"]
                 label = f"runs (running: {', '.join(running)})" if running else "runs"
@@ -305,7 +305,7 @@ def run_sweep(
                 time.sleep(1.0)
 
 
-def progress_line(run: Path, k: int, n: int, what: str, status: str, pace: str) -> str:
+def run_line(run: Path, k: int, n: int, what: str, status: str, pace: str) -> str:
     """One finished job: which, how it ended, its best val loss, the time so far and left."""
     best = (run_summary(run) or {}).get("best_val_loss")
     loss = f", best val {best:.4f}" if isinstance(best, int | float) else ""

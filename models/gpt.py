@@ -47,7 +47,7 @@ class GPT(Stack):
         from models import pretrained
 
         directory = pretrained.checkpoint_dir(path_or_id)
-        config, tensors = pretrained.read_checkpoint(directory)
+        config, tensors = pretrained.read_hf_checkpoint(directory)
         model = cls(GPTConfig(**pretrained.gpt2_fields(config)))
         pretrained.load_gpt2_weights(model, tensors, str(directory))
         return model

@@ -142,7 +142,7 @@ def checkpoint_digest(path_or_id: str) -> str | None:
     return h.hexdigest()
 
 
-def read_checkpoint(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+def read_hf_checkpoint(directory: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config.json, tensors) of a Hugging Face checkpoint directory."""
     try:
         config = json.loads((directory / "config.json").read_text())

@@ -85,7 +85,7 @@ def config_record(cfg: dict) -> dict:
     return {**cfg, "model": model, **groups}
 
 
-def run_config(flat: dict) -> dict:
+def migrated_run_config(flat: dict) -> dict:
     """summary.json's run_config (dotted keys) in the current layout."""
     out = {}
     for key, value in flat.items():
@@ -101,7 +101,7 @@ def run_config(flat: dict) -> dict:
 
 def summary_record(summary: dict) -> dict:
     rc = summary.get("run_config")
-    return {**summary, "run_config": run_config(rc)} if isinstance(rc, dict) else summary
+    return {**summary, "run_config": migrated_run_config(rc)} if isinstance(rc, dict) else summary
 
 
 def probe_record(data: Any) -> Any:

@@ -83,7 +83,7 @@ def pilot_table(name: str, finding, folder: Path) -> dict | None:
     return decide_finding(name, json.loads(report_path.read_text()), read_reproduce(cfg))[0]
 
 
-def plan(pilots: Path) -> list[tuple[str, str, int, str]]:
+def seed_plan(pilots: Path) -> list[tuple[str, str, int, str]]:
     out = []
     for name, finding in FINDINGS.items():
         folder = pilots / ("f6" if name == "f13" else name)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pilots", type=Path, default=Path("docs/findings"))
     args = p.parse_args(argv)
     print("| finding | claim | seeds per arm | why |\n|---|---|---|---|")
-    for name, cid, n, why in plan(args.pilots):
+    for name, cid, n, why in seed_plan(args.pilots):
         print(f"| {name} | {cid} | {n} | {why.replace('|', '/')} |")
     return 0
 

@@ -42,7 +42,7 @@ PER_LAYER += tuple(f"linear_out/{n}" for n in ("q", "k", "v", "proj", "fc1", "fc
 WHOLE = ("attn/sink", "headroom/absmax", "headroom/fp16", "headroom/bf16", "logits/log_z")
 
 
-def load_tokenizer(name: str | None, directory: Path):
+def pretrained_tokenizer(name: str | None, directory: Path):
     from data.tokenizer import load_fixed
 
     if name is None:
@@ -137,7 +137,7 @@ def probe_main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--text {args.text} is empty; pass a file with text to probe on")
     directory = checkpoint_dir(args.model)
     model = GPT.from_hf(str(directory))
-    tokenizer = load_tokenizer(args.tokenizer, directory)
+    tokenizer = pretrained_tokenizer(args.tokenizer, directory)
     ids = tokenizer.encode(args.text.read_text(errors="replace")).long()
     if int(ids.max()) >= model.cfg.vocab_size:
         raise ValueError(

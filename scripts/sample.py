@@ -50,7 +50,7 @@ def generate(
     return idx
 
 
-def load_run(run_dir: Path) -> GPT:
+def load_model(run_dir: Path) -> GPT:
     """The GPT of a run dir's last.ckpt, rebuilt from the config the checkpoint holds."""
     from runs.errors import ConfigError
     from training.reliability.checkpoints import model_of, read_checkpoint
@@ -99,7 +99,7 @@ def sample_main(argv: list[str] | None = None) -> str:
         vocab = load_vocab(vocab_path)
     except (ValueError, KeyError) as err:
         raise ValueError(f"{vocab_path} is not a vocabulary train.py wrote ({err})") from err
-    model = load_run(args.run_dir)
+    model = load_model(args.run_dir)
     prompt = vocab.encode(args.prompt or "\n")[None, :]  # (1, T)
     out = generate(
         model,

@@ -52,9 +52,9 @@ def test_estimate_counts_each_jobs_flops_layer_steps_and_steps() -> None:
 
 def test_progress_line_names_the_run_its_loss_and_the_pace(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps({"best_val_loss": 2.345678}))
-    line = reproduce_sweep.progress_line(tmp_path, 4, 48, "placement=post seed=1", "completed", "x")
+    line = reproduce_sweep.run_line(tmp_path, 4, 48, "placement=post seed=1", "completed", "x")
     assert line == "run 5/48: placement=post seed=1 -> completed, best val 2.3457 [x]"
-    assert reproduce_sweep.progress_line(tmp_path / "none", 0, 2, "a", "diverged", "x") == (
+    assert reproduce_sweep.run_line(tmp_path / "none", 0, 2, "a", "diverged", "x") == (
         "run 1/2: a -> diverged [x]"
     )
 

@@ -88,7 +88,7 @@ def test_sample_is_seeded_and_greedy_sampling_is_the_argmax(gpt_run, capsys):
     assert sample.main([str(gpt_run), "--prompt", "The ", "--tokens", "12", "--seed", "3"]) == text
     # top-k 1 is greedy decoding: compare with an argmax loop written out here.
     greedy = sample.main([str(gpt_run), "--prompt", "The ", "--tokens", "6", "--top-k", "1"])
-    model, vocab = sample.load_run(gpt_run).eval(), load_vocab(gpt_run / "vocab.json")
+    model, vocab = sample.load_model(gpt_run).eval(), load_vocab(gpt_run / "vocab.json")
     idx = vocab.encode("The ")[None, :]
     with torch.no_grad():
         for _ in range(6):
@@ -105,7 +105,7 @@ def test_sample_loads_the_model_lightning_loads_without_importing_lightning(gpt_
 
     from training.task import LanguageModelTask
 
-    ours = sample.load_run(gpt_run)
+    ours = sample.load_model(gpt_run)
     theirs = LanguageModelTask.load_from_checkpoint(gpt_run / "last.ckpt", map_location="cpu")
     assert ours.cfg == theirs.model.cfg
     for name, value in theirs.model.state_dict().items():

@@ -39,11 +39,11 @@ def test_rezero_block_is_the_official_formula_with_one_resweight() -> None:
 def test_a_rezero_record_without_gates_is_migrated_to_one_gate_per_sub_layer() -> None:
     """Records written before placement.gates ran ReZero with one gate per sub-layer: the
     migration writes that into them, so a resume with today's default is refused naming it."""
-    old = migrate.run_config({"placement.name": "rezero"})
+    old = migrate.migrated_run_config({"placement.name": "rezero"})
     new = {"placement.name": "rezero", "placement.gates": "layer"}
     assert config_changes(old, new) == ["placement.gates: sublayer -> layer"]
     assert config_changes(old, {**new, "placement.gates": "sublayer"}) == []
-    assert migrate.run_config({"placement.name": "pre"}) == {"placement.name": "pre"}
+    assert migrate.migrated_run_config({"placement.name": "pre"}) == {"placement.name": "pre"}
 
 
 def test_full_width_qk_norm_normalizes_q_and_k_before_the_head_split() -> None:
