@@ -11,33 +11,23 @@ from __future__ import annotations
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from training.probe_config import (
-    PROBES,
-    ProbeConfig,
-)
-from training.probes.attention import AttnEntropy, MaxAttnLogit
+from training.probe_config import PROBES, ProbeConfig
+from training.probes import attention, instruments, measures
 from training.probes.forward import ForwardProbes
 from training.probes.gradients import GradNormProbe
-from training.probes.instruments import (
-    AttnSink,
-    Headroom,
-    LinearOutputs,
-    MassiveActivations,
-    OutlierKurtosis,
-    Saturation,
-)
-from training.probes.measures import ActMax, ActNorm, BlockCos, LogZ, ModelUpdate
 from training.probes.sharpness import Sharpness
 from training.probes.spikes import LossSpikes, SpikeScore
 from training.probes.updates import UpdateRatio
 from training.probes.weights import AdamState, LayerDrop, Spectral
 
 # The measures of the shared forward pass that PROBES names, by class name.
-MEASURES = {
-    m.__name__: m
-    for m in (ActNorm, ActMax, BlockCos, LogZ, ModelUpdate, MaxAttnLogit, AttnEntropy)
-    + (AttnSink, MassiveActivations, OutlierKurtosis, LinearOutputs, Headroom, Saturation)
-}
+FORWARD_MEASURES = (
+    measures.ActNorm, measures.ActMax, measures.BlockCos, measures.LogZ, measures.ModelUpdate,
+    attention.MaxAttnLogit, attention.AttnEntropy, instruments.AttnSink,
+    instruments.MassiveActivations, instruments.OutlierKurtosis, instruments.LinearOutputs,
+    instruments.Headroom, instruments.Saturation,
+)  # fmt: skip
+MEASURES = {m.__name__: m for m in FORWARD_MEASURES}
 
 
 # The probes with callbacks of their own (PROBES' callback names), each (every, cfg, batch).
