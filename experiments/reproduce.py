@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -51,9 +50,8 @@ from experiments.sweep import (
     swept_values,
 )
 from experiments.verdicts import (
+    Clock,
     counts,
-    cpu_seconds,
-    finite_load,
     publish,
     read_verdict,
     show,
@@ -330,29 +328,6 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
     where = out / f"{verdict_stem(name)}.md"
     console.print(f"verdicts: {where}; report: {out / 'report' / 'report.md'}")
     return exit_status(runs, code, out)
-
-
-class Clock:
-    """This command's wall and CPU time (its sweep's jobs included) and the machine's load."""
-
-    def __init__(self) -> None:
-        self.load_start = finite_load()
-        self.start, self.cpu_start = time.perf_counter(), cpu_seconds()
-
-    def wall(self) -> float:
-        return time.perf_counter() - self.start
-
-    def cpu(self) -> float:
-        return cpu_seconds() - self.cpu_start
-
-    def times(self) -> dict[str, Any]:
-        return {
-            "wall_s": round(self.wall(), 1),
-            "cpu_s": round(self.cpu(), 1),
-            "cpus": os.cpu_count(),
-            "load_start": self.load_start,
-            "load_end": finite_load(),
-        }
 
 
 def reproduce_all(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """A finding's verdicts on disk and on screen: verdict.md / verdict.json in the sweep dir, the
-console table, and the copy published under docs/findings/<id>/."""
+console table, the copy published under docs/findings/<id>/, and the times a verdict records
+(``Clock``: wall and CPU time, the machine's load)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +284,26 @@ def cpu_seconds() -> float:
 def finite_load() -> float:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     return round(load, 2)
+
+
+class Clock:
+    """This command's wall and CPU time (its sweep's jobs included) and the machine's load."""
+
+    def __init__(self) -> None:
+        self.load_start = finite_load()
+        self.start, self.cpu_start = time.perf_counter(), cpu_seconds()
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.start
+
+    def cpu(self) -> float:
+        return cpu_seconds() - self.cpu_start
+
+    def times(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall(), 1),
+            "cpu_s": round(self.cpu(), 1),
+            "cpus": os.cpu_count(),
+            "load_start": self.load_start,
+            "load_end": finite_load(),
+        }

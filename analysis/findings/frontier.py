@@ -130,7 +130,7 @@ F20 = Finding("f20_dyt_budget", "F20: DyT against LayerNorm as the token budget 
 ), plots=("loss_curves.png",))
 
 SIGMA = "model.sigma_reparam"
-PLAIN_HI, SIGMA_HI = {QK: False, SIGMA: False, "lr": MAX}, {QK: False, SIGMA: True, "lr": MAX}
+PLAIN_HI = {QK: False, SIGMA: False, "lr": MAX}
 COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
                  P("mean", (PLAIN_HI,), FLOOR, "below", measure="min_entropy"))
 F15 = Finding("f15_sigma_reparam", "F15: sigmaReparam against attention entropy collapse", (
