@@ -46,6 +46,26 @@ def test_linked_files_exist():
     assert not missing, missing
 
 
+TOP = "analysis|conf|data|docs|experiments|models|runs|scripts|tests|training"
+CITED_PATH = re.compile(rf"`((?:{TOP})/[\w/.-]*\w\.(?:py|md|yaml|sh|json))`")
+CITED_TEST = re.compile(r"`(test_\w+)`")
+
+
+def test_cited_paths_and_tests_exist():
+    """A module, doc or test named in backticks (`training/task.py`, `test_...`) exists: a move
+    or a rename that leaves a doc pointing at nothing fails here."""
+    tests = "".join(p.read_text() for p in (ROOT / "tests").rglob("*.py"))
+    defined = set(re.findall(r"def (test_\w+)", tests))
+    missing = []
+    for path in [*DOCS, ROOT / "CONTRIBUTING.md"]:
+        text = path.read_text()
+        missing += [f"{path.relative_to(ROOT)} -> {p}" for p in CITED_PATH.findall(text)
+                    if not (ROOT / p).exists()]  # fmt: skip
+        missing += [f"{path.relative_to(ROOT)} -> {t}" for t in CITED_TEST.findall(text)
+                    if t not in defined]  # fmt: skip
+    assert not missing, missing
+
+
 def python_blocks() -> list[tuple[str, str]]:
     """(where, code) for each ```python block of README.md and docs/."""
     found = []
