@@ -502,3 +502,55 @@ def test_an_arm_whose_value_is_null_is_told_from_the_arm_that_sets_it(tmp_path) 
         "placement=pre",
         "model.attn_gate=headwise",
     ]
+
+
+def write_norm_run(out: Path, name: str, job: list[str], loss: float) -> None:
+    """One F5 job's run dir as train.py leaves it (its norm, rate and seed, a best val loss)."""
+    o = dict(item.split("=", 1) for item in job)
+    run = out / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra/config.yaml").write_text(
+        f"seed: {o['seed']}\nplacement: {{name: pre}}\nnorm: {{name: {o['norm']}}}\n"
+        f"optim: {{lr: {o['optim.lr']}}}\n"
+    )
+    summary = {"status": "completed", "best_val_loss": loss, "seed": int(o["seed"])}
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_reproduce_confirms_each_variants_best_lr_on_the_fresh_seeds(tmp_path, monkeypatch):
+    """Select, then confirm: once the grid (seeds 0-2) has finished, one launch per norm at the
+    rate its grid seeds chose (LayerNorm 3e-3, RMSNorm 1e-3) runs the frozen fresh seeds, and F5
+    is decided on those alone (confirmatory); a second command launches nothing."""
+    import analysis.findings as findings
+
+    monkeypatch.setattr(findings, "frozen", lambda: all_frozen_at(1000))
+    small = ["placement=pre", "optim.lr=1e-3,3e-3"]  # 2 norms x 2 lrs x 3 grid seeds
+    out = tmp_path / "f5"
+    cfg = reproduce_sweep.compose("f5_norms", small)
+    grid = reproduce_sweep.planned_jobs(cfg, small)
+    best = {"layernorm": 3e-3, "rmsnorm": 1e-3}
+    for job, name in zip(grid, reproduce_sweep.job_dirs(cfg, grid), strict=True):
+        o = dict(item.split("=", 1) for item in job)
+        write_norm_run(out, name, job, 2.4 if float(o["optim.lr"]) == best[o["norm"]] else 2.6)
+    launched = []
+
+    def train(experiment, jobs, dirs, sweep_out, overrides, mode="train"):
+        launched.append(overrides)
+        for job, name in zip(jobs, dirs, strict=True):
+            seed = int(dict(item.split("=", 1) for item in job)["seed"])
+            write_norm_run(sweep_out, name, job, 2.40 + 0.001 * (seed % 7))
+        return 0
+
+    monkeypatch.setattr(reproduce, "run_sweep", train)
+    assert reproduce.main(["f5", "--out", str(out), *small]) == 0
+    seeds = list(range(1000, 1000 + FINDINGS["f5"].claims[0].seeds))
+    fresh = "seed=" + ",".join(map(str, seeds))
+    assert sorted(tuple(o[len(small) :]) for o in launched) == [
+        ("placement=pre", "norm=layernorm", "optim.lr=0.003", fresh),
+        ("placement=pre", "norm=rmsnorm", "optim.lr=0.001", fresh),
+    ]
+    (claim,) = json.loads((out / "verdict.json").read_text())["claims"]
+    assert claim["mode"] == "confirmatory" and claim["status"] == "PASS", claim["note"]
+    assert claim["decided_on"] == seeds
+    launched.clear()
+    assert reproduce.main(["f5", "--out", str(out), *small]) == 0 and launched == []
