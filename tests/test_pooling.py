@@ -18,6 +18,7 @@ from analysis.report import write_report
 from analysis.runs import load_runs
 from analysis.variants import group_variants
 from experiments import reproduce
+from tests.helpers import fake_run
 from tests.test_reproduce import F2_SMALL, f2_sweep
 
 SETTINGS = {"model.name": "gpt", "placement.name": "pre", "trainer.max_steps": 30, "optim.lr": 1e-3,
@@ -26,19 +27,14 @@ SETTINGS = {"model.name": "gpt", "placement.name": "pre", "trainer.max_steps": 3
 
 def run_dir(root: Path, name: str, seed: int, loss: float, code="abc", **changes) -> Path:
     """A finished run as train.py leaves it: summary.json with its run_config and code_version."""
-    run = root / name
-    (run / ".hydra").mkdir(parents=True)
     config = {**SETTINGS, **changes}
-    (run / ".hydra/config.yaml").write_text(
-        "".join(f"{k}: {v}\n" for k, v in {"seed": seed, **nest(config)}.items())
-    )
+    yaml = "".join(f"{k}: {v}\n" for k, v in {"seed": seed, **nest(config)}.items())
     summary = {
         "status": "completed", "model": "gpt", "placement": "pre", "norm": "layernorm",
         "n_layer": 2, "lr": config["optim.lr"], "seed": seed, "best_val_loss": loss,
         "final_val_loss": loss, "run_config": {**config, "seed": seed}, "code_version": code,
     }  # fmt: skip
-    (run / "summary.json").write_text(json.dumps(summary))
-    return run
+    return fake_run(root / name, yaml, "step\n", summary)
 
 
 def nest(flat: dict) -> dict:
@@ -131,7 +127,7 @@ def test_a_completed_run_without_validation_is_no_data_never_a_divergence(tmp_pa
 def test_an_arms_seeds_never_enter_the_best_rate_choice(tmp_path: Path) -> None:
     """The report's lr curve: seeds 0 and 1 ran at both rates (the grid); seed 2 ran at 3e-3
     only (an arm's or a confirming seed) with a far lower loss. The best rate stays the grid's,
-    and seed 2 is reported as the confirmation at that rate, not as a point of the curve."""
+    and seed 2 is no point of the curve."""
     sweep = tmp_path / "sweep"
     for seed, lr, loss in [(0, 1e-3, 2.0), (1, 1e-3, 2.0), (0, 3e-3, 2.1), (1, 3e-3, 2.1),
                            (2, 3e-3, 0.5)]:  # fmt: skip

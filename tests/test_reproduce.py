@@ -15,6 +15,7 @@ from experiments import registry, reproduce
 from experiments import sweep as reproduce_sweep
 from models.placement import PLACEMENTS
 from runs.errors import ConfigError
+from tests.helpers import fake_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -160,13 +161,18 @@ def test_cpu_sizes_fit_two_cores() -> None:
 F2_SMALL = ["optim.lr=1e-3", "seed=0,1"]  # placement x warmup x seed: 8 jobs
 
 
+def job_values(job: list[str]) -> dict[str, str]:
+    """A planned job's overrides as key -> value."""
+    return dict(item.split("=", 1) for item in job)
+
+
 def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
     """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
     both seeds failed on a config error."""
     cfg = reproduce_sweep.compose("f2_warmup", F2_SMALL)
     jobs = reproduce_sweep.planned_jobs(cfg, F2_SMALL)
     for job, name in zip(jobs, reproduce_sweep.job_dirs(cfg, jobs), strict=True):
-        o = dict(item.split("=", 1) for item in job)
+        o = job_values(job)
         placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
         assert f"placement={placement}" in name and f"optim.warmup_steps={warmup}" in name
         run = out / name
@@ -439,8 +445,6 @@ def test_a_confirming_launch_pins_what_the_report_leaves_out(tmp_path) -> None:
     """The report names nGPT's two arms by their positions alone (rope vs learned), which also
     differ in the tied head: the control's confirming launch must still tie it (the experiment
     would untie an nGPT), and the rotary arm's keeps the experiment's untied head unnamed."""
-    from tests.helpers import fake_run
-
     root = tmp_path / "sweep"
     for pos, tie, seeds in (
         ("learned", True, (0, 1)),
@@ -478,7 +482,6 @@ def test_an_arm_whose_value_is_null_is_told_from_the_arm_that_sets_it(tmp_path) 
     """F19's plain residual arm has no attention gate (null), its gated arm a head-wise one: the
     report names the plain arm's gate as None, and its confirming launch is the plain runs'."""
     from analysis.runs import load_runs
-    from tests.helpers import fake_run
 
     root = tmp_path / "sweep"
     for gate in ("null", "headwise"):
@@ -506,15 +509,13 @@ def test_an_arm_whose_value_is_null_is_told_from_the_arm_that_sets_it(tmp_path) 
 
 def write_norm_run(out: Path, name: str, job: list[str], loss: float) -> None:
     """One F5 job's run dir as train.py leaves it (its norm, rate and seed, a best val loss)."""
-    o = dict(item.split("=", 1) for item in job)
-    run = out / name
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra/config.yaml").write_text(
+    o = job_values(job)
+    config = (
         f"seed: {o['seed']}\nplacement: {{name: pre}}\nnorm: {{name: {o['norm']}}}\n"
         f"optim: {{lr: {o['optim.lr']}}}\n"
     )
     summary = {"status": "completed", "best_val_loss": loss, "seed": int(o["seed"])}
-    (run / "summary.json").write_text(json.dumps(summary))
+    fake_run(out / name, config, "step\n", summary)
 
 
 def test_reproduce_confirms_each_variants_best_lr_on_the_fresh_seeds(tmp_path, monkeypatch):
@@ -530,14 +531,14 @@ def test_reproduce_confirms_each_variants_best_lr_on_the_fresh_seeds(tmp_path, m
     grid = reproduce_sweep.planned_jobs(cfg, small)
     best = {"layernorm": 3e-3, "rmsnorm": 1e-3}
     for job, name in zip(grid, reproduce_sweep.job_dirs(cfg, grid), strict=True):
-        o = dict(item.split("=", 1) for item in job)
+        o = job_values(job)
         write_norm_run(out, name, job, 2.4 if float(o["optim.lr"]) == best[o["norm"]] else 2.6)
     launched = []
 
     def train(experiment, jobs, dirs, sweep_out, overrides, mode="train"):
         launched.append(overrides)
         for job, name in zip(jobs, dirs, strict=True):
-            seed = int(dict(item.split("=", 1) for item in job)["seed"])
+            seed = int(job_values(job)["seed"])
             write_norm_run(sweep_out, name, job, 2.40 + 0.001 * (seed % 7))
         return 0
 
