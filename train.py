@@ -35,6 +35,7 @@ import hydra
 from omegaconf import DictConfig
 
 from runs.record import Status, result_line
+from training.arms import drop_inapplicable
 from training.context import in_multirun
 from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, preflight
@@ -96,11 +97,12 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> dict:
 def main(cfg: DictConfig) -> dict:
     # torch-free: a bad key or value is refused before torch loads. A sweep checks its grid
     # once (training/sweep.py) and each job records its own failure.
+    drop_inapplicable(cfg)  # an arm's key in a sweep across a group's options (preflight)
     run = None if in_multirun() else check_config(cfg)
     this = attempt(cfg, run=run)
     return job_outcome(this.summary, skipped=this.done_before is not None)
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])
+    sys.argv[1:] = preflight(sys.argv[1:])
     main()

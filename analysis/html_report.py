@@ -151,7 +151,8 @@ def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_d
         "</head><body>",
         f"<h1>Sweep report</h1><p>{esc(report['sweep_dir'])}: {report['n_runs']} runs in "
         f"{len(report['variants'])} variants; wandb group "
-        f"<code>{esc(', '.join(report['wandb_groups']))}</code>.</p>",
+        f"<code>{esc(', '.join(report['wandb_groups']))}</code>. "
+        f"{esc(report.get('shared') or '')}</p>",
         "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>",
         *("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows),
         "</table>",

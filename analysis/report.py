@@ -126,20 +126,63 @@ def stalled_warnings(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The variant table: its header and one row of cell texts per variant."""
+# How the table titles a variant field (CANONICAL's short names), and how the shared line reads
+# a setting every run has alike.
+COLUMN_TITLES = {"n_layer": "depth", "n_embd": "width", "warmup_steps": "warmup"}
+SHARED_SHOWN = ("model", "placement", "norm", "param", "n_layer", "n_embd", "lr", "warmup_steps")
+
+
+def column_title(field: str, fields: list[str]) -> str:
+    """A variant field's column title: its short name, or the full key where two fields of the
+    sweep share a last part (``model.dropout`` beside ``optim.dropout``)."""
+    if field in COLUMN_TITLES:
+        return COLUMN_TITLES[field]
+    last = field.rsplit(".", 1)[-1]
+    return last if [f.rsplit(".", 1)[-1] for f in fields].count(last) == 1 else field
+
+
+def identity_fields(report: dict[str, Any]) -> list[str]:
+    """The fields whose columns tell the table's rows apart: every field the sweep varies
+    (report.json's ``variant_fields``, canonical ones first); a report of one variant shows the
+    canonical ones instead."""
+    fields = report["variant_fields"]
+    if not fields:
+        return ["model", "placement", "norm", "n_layer", "lr", "warmup_steps"]
+    return [*(f for f in CANONICAL if f in fields), *(f for f in fields if f not in CANONICAL)]
+
+
+def shared_line(report: dict[str, Any]) -> str:
+    """What every run of the sweep shares among the canonical settings the table leaves out:
+    ``Every run: gpt, pre, layernorm, sp, depth 2, width 64, warmup 50.``; empty for a report of
+    one variant (its columns show them)."""
     rows = report["variants"]
-    extra = [f for f in report["variant_fields"] if f not in CANONICAL]
+    if not rows or not report["variant_fields"]:
+        return ""
+    parts = []
+    for field in SHARED_SHOWN:
+        values = {str(r["params"].get(field)) for r in rows}
+        if field in report["variant_fields"] or len(values) != 1 or values == {"None"}:
+            continue
+        (value,) = values
+        parts.append(f"{COLUMN_TITLES[field]} {value}" if field in COLUMN_TITLES else value)
+        parts[-1] = f"lr {value}" if field == "lr" else parts[-1]
+    return f"Every run: {', '.join(parts)}." if parts else ""
+
+
+def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The variant table: its header and one row of cell texts per variant. Its first columns
+    are the keys the sweep varies, so no two rows read alike in the columns shown."""
+    rows = report["variants"]
+    shown = identity_fields(report)
     has_acc = any(r["best_val_acc"] for r in rows)
     probed = [k for k in PROBE_COLUMNS if any(r.get(k) for r in rows)]
-    head = ["model", "placement", "norm", "depth", "lr", "warmup", *extra, "seeds", "status"]
+    head = [column_title(f, shown) for f in shown] + ["seeds", "status"]
     head += ["best val loss", "final val loss", *(["best val acc"] if has_acc else [])]
     head += ["diverged at step", "throughput", *(PROBE_COLUMNS[k][0] for k in probed)]
     table = []
     for r in rows:
-        p, n = r["params"], r["n_runs"]
-        cells = [p["model"], p["placement"], p["norm"], p["n_layer"], p["lr"], p["warmup_steps"]]
-        cells += [p.get(f) for f in extra]
+        n = r["n_runs"]
+        cells = [r["params"].get(f) for f in shown]
         cells += [",".join(map(str, r["seeds"])), status_cell(r)]
         cells += [fmt_stat(r["best_val_loss"], n_all=n), fmt_stat(r["final_val_loss"], n_all=n)]
         cells += [fmt_stat(r["best_val_acc"], 3, n)] if has_acc else []
@@ -200,6 +243,7 @@ def markdown(report: dict[str, Any]) -> str:
     out += [
         "Loss and accuracy: mean ± sample std over the completed runs (n shown when fewer "
         "than the variant's runs).",
+        *([report["shared"]] if report.get("shared") else []),
         "",
         markdown_table(report),
         "",
@@ -304,6 +348,7 @@ def write_report(
             "warnings": [*warn, *left_out],
         }
         report["warnings"] += stalled_warnings(report)
+        report["shared"] = shared_line(report)  # the settings no column shows
         key = plots_key(sweep_dir, out_dir, logy)
         if plots and (drawn := drawn_before(out_dir, key)) is not None:
             report["plots"] = drawn  # nothing they draw from changed: not drawn again

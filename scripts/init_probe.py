@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from runs import runfiles
 from runs.errors import ConfigError
+from training.arms import drop_inapplicable
 from training.attempt import Attempt
 from training.build import build_data, model_config
 from training.errors import BUILD_ERRORS, one_line_errors
@@ -52,6 +53,7 @@ def probe(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
+    drop_inapplicable(cfg)  # an arm's key in a sweep across a group's options (preflight)
     with Attempt(cfg) as this:
         if this.done_before is None:
             set_threads(cfg.num_threads)
@@ -67,5 +69,5 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])
+    sys.argv[1:] = preflight(sys.argv[1:])
     main()

@@ -30,7 +30,7 @@ from training.context import launched_as_rank_zero
 from training.divergence import Divergence
 from training.errors import BUILD_ERRORS
 from training.fit import Fit, built_results
-from training.loggers import WandbMetrics, build_loggers, wandb_run_id
+from training.loggers import WandbMetrics, build_loggers, run_name, wandb_run_id
 from training.ngpt import SphereWeights
 from training.probes.registry import probe_callbacks
 from training.reliability.checkpoint_io import AtomicCheckpointIO
@@ -106,7 +106,7 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     (after the probes: it may clear a non-finite gradient they read) and last.ckpt."""
     callbacks: list[Callback] = [SphereWeights()]  # nGPT's, first: before probes and checkpoints
     if run.trainer.enable_progress_bar:
-        callbacks.append(step_progress(run.name, run.max_steps))
+        callbacks.append(step_progress(run_name(run), run.max_steps))
     callbacks.append(WandbMetrics())
     callbacks += probe_callbacks(run.probes)
     callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient

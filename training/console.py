@@ -28,8 +28,10 @@ def params(n: int) -> str:
 
 
 def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
-    """The one line a run prints before it trains: what it trains and how much per step
-    (``run``: the typed config, training/run_config.RunConfig)."""
+    """The one line a run prints before it trains: its name (every key its sweep varies), what
+    it trains and how much per step (``run``: the typed config, training/run_config.RunConfig)."""
+    from training.loggers import run_name  # Lightning's, loaded by the time a run is built
+
     per_step = run.batch_size * run.trainer.accumulate_grad_batches
     if unit == "tokens":
         per_step *= model.cfg.block_size
@@ -43,9 +45,11 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
     if p.name != "sp":  # the parametrization and its multipliers (models/param.py)
         qk += f" {p.name} m_N={p.width_mult(cfg.n_embd):g}"
         qk += f" m_L={p.depth_mult(cfg.n_layer):g}" if p.scales_depth else ""
+    if cfg.connection != "residual":  # hyper-connections replace the residual sum
+        qk += f" {cfg.connection} n={cfg.streams}" + (f"/{cfg.fracs}" if cfg.fracs > 1 else "")
     threads = torch.get_num_threads()
     return (
-        f"{run.name}: {run.model_name} {cfg.placement.name}/{cfg.norm.name}{qk} "
+        f"{run_name(run)}: {run.model_name} {cfg.placement.name}/{cfg.norm.name}{qk} "
         f"L{cfg.n_layer} d{cfg.n_embd}, {params(model.num_params())} params, "
         f"{per_step:,} {unit}/step, {run.max_steps} steps, "
         f"{run.trainer.accelerator} {run.trainer.precision}, {threads} "

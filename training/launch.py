@@ -34,37 +34,23 @@ from omegaconf import OmegaConf, read_write
 from runs.checks import closest
 from runs.jobs import job_dir, path_safe, recorded_constants
 from runs.schema import ROOT
+from training.arms import (
+    CHECKED_GROUPS,
+    CONF,
+    CONNECTION_KEYS,
+    DROPPED,
+    OPTION_GROUPS,
+    check_connection_key,
+    check_option_key,
+    group_keys,
+    group_options,
+    overrides_of,
+)
 from training.context import SWEEP_GONE, in_multirun
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 class ChoiceError(ValueError):
     """An unknown config-group option; the message lists the valid ones."""
-
-
-def group_options(group: str, conf: Path = CONF) -> list[str]:
-    return sorted(p.stem for p in (conf / group).glob("*.yaml"))
-
-
-# Hydra's flags that take the next argument as their value (-sc install=bash is no override).
-VALUE_FLAGS = {
-    "-sc", "--shell-completion", "-c", "--cfg", "-p", "--package", "-cp", "--config-path",
-    "-cn", "--config-name", "-cd", "--config-dir", "--info", "--experimental-rerun",
-}  # fmt: skip
-
-
-def overrides_of(args: Sequence[str]) -> list[str]:
-    """The command line's overrides: Hydra's flags and their values left out."""
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg.startswith("-"):
-            skip = arg in VALUE_FLAGS
-        else:
-            out.append(arg)
-    return out
 
 
 def check_choices(args: Sequence[str], conf: Path = CONF) -> None:
@@ -134,58 +120,6 @@ def root_keys() -> set[str]:
     return set(ROOT)
 
 
-# Groups whose options are flat settings (logger composes its options from others).
-CHECKED_GROUPS = ("model", "data", "optim", "placement", "norm", "param", "trainer")
-
-
-def option_keys(group: str, option: str, conf: Path = CONF) -> set[str]:
-    """The settings one option file ``conf/<group>/<option>.yaml`` defines (an option packaged
-    at the root keeps its group's settings under ``<group>:``)."""
-    import yaml
-
-    text = (conf / group / f"{option}.yaml").read_text()
-    node = yaml.safe_load(text) or {}
-    if text.startswith("# @package _global_"):
-        node = node.get(group) or {}
-    return {k for k in node if k != "defaults"}
-
-
-def group_keys(group: str, conf: Path = CONF) -> set[str]:
-    """The settings any option of ``conf/<group>/`` defines."""
-    return {k for option in group_options(group, conf) for k in option_keys(group, option, conf)}
-
-
-# Groups whose options each define their own settings (no option inherits another's), so a key
-# one option lacks is an error there: placement.alpha with placement=pre.
-OPTION_GROUPS = ("model", "placement", "norm", "param", "optim")
-
-
-def chosen_options(group: str, args: Sequence[str], conf: Path = CONF) -> list[str]:
-    """The options of ``group`` this command line runs: its ``group=a[,b]``, else the default
-    in config.yaml; none when an experiment may choose it instead."""
-    given = [a.split("=", 1)[1] for a in overrides_of(args) if a.split("=", 1)[0] == group]
-    if given:
-        return [o for o in given[-1].split(",") if o in group_options(group, conf)]
-    if any(a.split("=", 1)[0] == "experiment" for a in overrides_of(args)):
-        return []
-    match = re.search(rf"^\s*-\s*{group}:\s*(\w+)", (conf / "config.yaml").read_text(), re.M)
-    return [match.group(1)] if match else []
-
-
-def check_option_key(group: str, sub: str, arg: str, args: Sequence[str], conf: Path) -> None:
-    """A key some option of ``group`` has but the chosen one lacks, as one line naming those
-    that have it (Hydra answers with a page about struct mode)."""
-    if group not in OPTION_GROUPS:
-        return
-    for option in chosen_options(group, args, conf):
-        if sub not in option_keys(group, option, conf):
-            having = [o for o in group_options(group, conf) if sub in option_keys(group, o, conf)]
-            raise SystemExit(
-                f"error: {group}={option} has no setting '{sub}' (in '{arg}'); {group} options "
-                f"with {sub}: {', '.join(having)} (choose one, or drop {group}.{sub})"
-            )
-
-
 # Hydra's bash completion knows the command `python script.py`; the README runs
 # `.venv/bin/python train.py`, which its script and its query both mistake for an app's name.
 PYTHON_WORD = re.compile(r"^\s*\S*python[\d.]*(?=\s)")
@@ -223,22 +157,27 @@ def shell_completion(args: Sequence[str]) -> None:
         raise SystemExit(0)
 
 
-def preflight(args: Sequence[str], conf: Path = CONF) -> None:
+def preflight(args: Sequence[str], conf: Path = CONF) -> list[str]:
     """Command-line mistakes Hydra would answer with a page, as one line before it composes:
-    an unknown group option, or an unknown root key (with the closest valid one); and shell
-    completion in the README's ``.venv/bin/python train.py`` form."""
+    an unknown group option, or an unknown root key (with the closest valid one), or a group
+    key the chosen option lacks (added with ``+`` or not); and shell completion in the README's
+    ``.venv/bin/python train.py`` form. Returns the command line Hydra is to read: an arm's key
+    in a sweep across a group's options (``check_option_key``) becomes ``++key=value``, so the
+    jobs of the options without it compose, and its note is printed once."""
     shell_completion(args)
     try:
         check_choices(args, conf)
     except ChoiceError as err:
         raise SystemExit(f"error: {err}") from None
-    check_writable(overrides_of(args))
     valid = root_keys()
-    for arg in overrides_of(args):
-        if "=" not in arg or arg.startswith(("+", "~")):
-            continue  # flags, and keys the user adds or deletes on purpose
-        key = arg.split("=", 1)[0]
+    out, notes = list(args), []
+    for i, arg in enumerate(args):
+        if arg not in overrides_of(args) or "=" not in arg or arg.startswith("~"):
+            continue  # flags, and keys the user deletes on purpose
+        key = arg.split("=", 1)[0].lstrip("+")
         root = key.split(".", 1)[0].split("/", 1)[0]
+        if arg.startswith("+") and root not in OPTION_GROUPS:
+            continue  # keys the user adds on purpose (callbacks, probe intervals)
         if root not in valid:
             raise SystemExit(
                 f"error: unknown setting '{root}'{closest(root, valid)} in '{arg}'; "
@@ -251,8 +190,17 @@ def preflight(args: Sequence[str], conf: Path = CONF) -> None:
                 f"error: unknown setting '{root}.{sub}'{near} in '{arg}'; valid {root} "
                 f"settings: {', '.join(sorted(known))}"
             )
-        if sub is not None:
-            check_option_key(root, sub, arg, args, conf)
+        if sub is not None and (note := check_option_key(root, sub, arg, args, conf)):
+            out[i] = "++" + arg.lstrip("+")
+            notes += [note] if note not in notes else []
+        elif (
+            root == "model" and sub in CONNECTION_KEYS and (note := check_connection_key(sub, args))
+        ):
+            notes += [note] if note not in notes else []
+    check_writable(overrides_of(args))  # last: a refused command line creates no dir
+    for note in notes:
+        print(note, file=sys.stderr, flush=True)
+    return out
 
 
 OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
@@ -300,7 +248,8 @@ def launch_scope(run_dir: Path) -> Iterator[None]:
         follow_the_sweep()
 
         hydra_cfg = HydraConfig.get()
-        sys.argv = [argv[0], *hydra_cfg.overrides.task]
+        task = [o for o in hydra_cfg.overrides.task if o.lstrip("+~").split("=")[0] not in DROPPED]
+        sys.argv = [argv[0], *task]
         with read_write(hydra_cfg):
             old_dir, hydra_cfg.run.dir = hydra_cfg.run.dir, str(run_dir)
     try:

@@ -4,7 +4,8 @@ any Lightning logger named by ``_target_`` (TensorBoard, MLflow: conf/logger/).
 wandb layout, as its UI groups runs: project = ``logger.wandb.project`` (``${study}``: one per
 study, each experiment naming its own), group = the sweep (one sweep dir, one group; a single
 run has none unless ``group=`` names one), job_type = the variant without its seed (so
-group-by averages the seeds), name = the variant with its seed, tags = placement, norm,
+group-by averages the seeds), name = the variant with its seed (``run_name``: every swept
+key, so no two runs of a sweep share a name), tags = placement, norm,
 model, depth and the experiment, and the whole resolved config as wandb config (``experiment``
 included). Charts share the optimizer-step axis
 (``trainer/global_step``) and fall into panel sections by the metric prefix before the first "/".
@@ -97,6 +98,20 @@ def job_type(run: RunConfig, overrides: list[str] | None = None) -> str:
         (kept if fits and not rest else rest).append(item)
     digest = hashlib.sha1(" ".join(rest).encode()).hexdigest()[:6]
     return f"{' '.join(kept)} +{len(rest)}#{digest}"
+
+
+def run_name(run: RunConfig, overrides: list[str] | None = None) -> str:
+    """The run's name wherever it is shown (its header line, progress bar and wandb name): in
+    a sweep, the ``name`` template with every key the sweep varies that the template does not
+    show (``unnamed``) before its ``-s<seed>``, so no two runs of a sweep read alike
+    (``gpt-pre-layernorm-L2-lr0.01-n_embd=64-param=mup-s0``); a single run's name as the
+    template writes it."""
+    if overrides is None and hydra_context()[1] is None:
+        return run.name
+    suffix = f"-s{run.seed}"
+    seeded = run.name.endswith(suffix)
+    base = run.name[: -len(suffix)] if seeded else run.name
+    return "-".join([base, *short_overrides(unnamed(run, overrides))]) + suffix * seeded
 
 
 def short_number(value: str) -> str:
@@ -201,7 +216,7 @@ def build_wandb(
     tags = [run.placement.name, run.norm.name, run.model_name, f"L{run.model.n_layer}"]
     tags += [f"experiment:{experiment}"] if experiment else []
     logger = WandbLogger(
-        name=run.name,
+        name=run_name(run),
         save_dir=str(run_dir),
         group=group,
         job_type=job_type(run),

@@ -13,6 +13,7 @@ the status line at its end, and what a searching sweeper (Optuna) gets back from
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -39,28 +40,46 @@ SWEEP_JOBS = "NORMLAB_SWEEP_JOBS"  # how many jobs the launch runs, for the prog
 
 
 def check_grid_once(config: DictConfig) -> None:
-    """Put the grid's jobs through the checks a job makes before it trains (every key and
-    value, torch-free: run_config.check_config), until one passes; when every job fails the
-    same check, refuse the sweep once, before any job starts, instead of once per job."""
+    """Put the grid's jobs through the checks a job makes before it trains (composing it, then
+    every key and value, torch-free: run_config.check_config), until one passes; when none
+    does, refuse the sweep once, before any job starts or the sweep dir records anything,
+    instead of once per job."""
     from hydra import compose
+    from omegaconf import open_dict
 
     from runs.errors import ConfigError
+    from training.arms import inapplicable
     from training.run_config import check_config
 
-    messages = set()
+    messages: list[str] = []
     for job in sweep_jobs(config):
         try:
             # run_dir stands in for Hydra's output dir, which no job has yet
-            cfg = compose(config.hydra.job.config_name, overrides=[*job, "run_dir=-"])
+            cfg = compose(
+                config.hydra.job.config_name, [*job, "run_dir=-"], return_hydra_config=True
+            )
+            with open_dict(cfg):  # as the job drops them (training/launch.py)
+                for key in inapplicable(job, cfg.hydra.runtime.choices):
+                    cfg[key.split(".")[0]].pop(key.split(".", 1)[1], None)
+                del cfg["hydra"]
             check_config(cfg, quiet=True)
         except ConfigError as err:
-            messages.add(str(err))
-        except Exception:  # noqa: BLE001 - what composing a job raises is the job's to report
-            return
+            messages.append(str(err))
+        except Exception as err:  # noqa: BLE001 - Hydra's composition errors, in one line
+            text = str(err).strip().splitlines()
+            messages.append(f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": "))
         else:
             return
-    if len(messages) == 1:
-        raise SystemExit(f"error: every job of this sweep fails the same check: {messages.pop()}")
+    if not messages:
+        return
+    with contextlib.suppress(OSError):  # the empty dir Hydra made for it: a refusal leaves none
+        Path(config.hydra.sweep.dir).rmdir()
+    if len(set(messages)) == 1:
+        raise SystemExit(f"error: every job of this sweep fails the same check: {messages[0]}")
+    raise SystemExit(
+        f"error: no job of this sweep passes its checks ({len(messages)} jobs); the first: "
+        f"{messages[0]}"
+    )
 
 
 def outcome_path(sweep_dir: Path, job_dir: str, num: int) -> Path:

@@ -75,7 +75,9 @@ def test_completion_works_in_the_readmes_form(tmp_path):
     "args,line",
     [
         (["placement.alpha=2"], "placement=pre has no setting 'alpha'"),
-        (["placement=post,deepnorm", "placement.beta=1"], "placement=post has no setting 'beta'"),
+        (["placement=post", "placement.beta=1"], "placement=post has no setting 'beta'"),
+        (["param=sp", "+param.base_width=64"], "param=sp has no setting 'base_width'"),
+        (["-m", "param=sp", "++param.base_width=64"], "param=sp has no setting 'base_width'"),
         (["model=vit", "model.block_size=64"], "model=vit has no setting 'block_size'"),
     ],
 )
