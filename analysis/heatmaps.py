@@ -20,8 +20,10 @@ import numpy as np
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis import xy  # noqa: E402
+from analysis.cards import CROSSINGS, first_crossing  # noqa: E402
 from analysis.runs import Run  # noqa: E402
 from analysis.variants import Variant  # noqa: E402
 from runs import metric_names as names  # noqa: E402
@@ -30,6 +32,7 @@ from runs import metric_names as names  # noqa: E402
 HEATMAPS: dict[str, tuple[str, bool]] = {
     names.ACT_NORM: ("heat_act_norm.png", True),
     names.ACT_MAX: ("heat_act_max.png", True),
+    names.MAX_LOGIT: ("heat_max_logit.png", True),
     names.BLOCK_COS: ("heat_block_cos.png", False),
     names.ATTN_ENTROPY: ("heat_attn_entropy.png", False),
     names.ATTN_ENTROPY_MIN: ("heat_attn_entropy_min.png", False),
@@ -108,10 +111,27 @@ def plot_heatmap(variants: list[Variant], prefix: str, out_dir: Path) -> str | N
         ax.set_title("\n".join(textwrap.wrap(variant.label, 44)), fontsize=7)  # long labels wrap
         ax.set_xlabel("step")
         ax.set_ylabel("layer")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole
+        mark_events(ax, variant.runs, prefix)
     for ax in list(axes.flat)[len(found) :]:
         ax.set_visible(False)
     fig.colorbar(mesh, ax=axes, label=f"{prefix}/layer_i (mean over seeds)")
     return xy.save(fig, out_dir, name)
+
+
+def mark_events(ax, runs: list[Run], prefix: str) -> None:
+    """Each run's story on a panel, at the step it happened: a red dashed line where a run
+    diverged, a white triangle at the layer and step where this probe first crossed its
+    threshold (analysis/cards.py: CROSSINGS)."""
+    for run in runs:
+        at = run.summary.get("diverged_at_step")
+        if run.status == "diverged" and isinstance(at, int):
+            ax.axvline(at, color="red", ls="--", lw=1.2)
+        for crossing in CROSSINGS:
+            if crossing.pattern == names.per_layer(prefix, "*"):
+                found = first_crossing(run, crossing)
+                if found and found[2] is not None:
+                    ax.plot(found[0], found[2], "v", color="white", mec="black", ms=7)
 
 
 def write_heatmaps(variants: list[Variant], out_dir: Path) -> list[str]:

@@ -71,6 +71,10 @@ HEATMAPS: dict[str, tuple[str, str]] = {
         "the residual stream's RMS after each layer",
         "rows brightening with depth and over training: the Pre-LN growth that Peri-LN bounds",
     ),
+    "heat_max_logit.png": (
+        "each layer's largest attention logit q.k / sqrt(d_head)",
+        "logits climbing past ~100 (QK-clip's tau) before a divergence (Wortsman et al. 2023)",
+    ),
     "heat_act_max.png": (
         "the largest |value| in the residual stream after each layer",
         "a few layers orders of magnitude above the rest: massive activations (Sun et al. 2024)",
@@ -131,7 +135,9 @@ def caption(name: str) -> str:
     if name in HEATMAPS:
         what, look = HEATMAPS[name]
         where = "Per layer (rows) over training (columns), one panel per variant"
-        return f"{where}: {what}. Look for: {look}."
+        marks = ("A red dashed line: the step a run diverged; a white triangle: where a run's "
+                 "value first crossed its threshold (the stability cards list each).")  # fmt: skip
+        return f"{where}: {what}. Look for: {look}. {marks}"
     shows, look = CAPTIONS.get(name, ("", ""))
     return f"{shows} Look for: {look}" if shows else ""
 

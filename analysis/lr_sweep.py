@@ -113,7 +113,20 @@ def lr_curve(members: list[Variant]) -> dict[str, Any]:
         **stability_edge(points, best["lr"]),
         "edge": len(lrs) > 1 and best["lr"] in (lrs[0], lrs[-1]),
         "did_not_train": best["did_not_train"] + best["diverged"] >= best["n"],
+        "untrained": untrained(best),
     }
+
+
+def untrained(p: dict[str, Any]) -> str | None:
+    """How the runs at a rate failed when none trained: ``diverged``, ``stalled`` (ended on the
+    plateau), or both counted; None when some run trained."""
+    if p["diverged"] + p["did_not_train"] < p["n"]:
+        return None
+    if p["diverged"] == p["n"]:
+        return "diverged"
+    if p["did_not_train"] == p["n"]:
+        return "stalled"
+    return f"did not train ({p['diverged']} diverged, {p['did_not_train']} stalled)"
 
 
 def trained_everywhere(p: dict[str, Any]) -> bool:
@@ -145,7 +158,8 @@ def per_seed_sensitivity(points: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     values = [sensitivity({p["lr"]: p["by_seed"][s] for p in points}) for s in sorted(seeds)]
     ci = stats.mean_interval(values)
-    return {"mean": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": len(values)}
+    # a sensitivity is never negative (every rate's loss is at least the best): so is its bound
+    return {"mean": ci.effect, "lo": max(0.0, ci.lo), "hi": ci.hi, "n": len(values)}
 
 
 def widen_advice(entries: list[dict[str, Any]]) -> list[str]:
@@ -202,7 +216,7 @@ def rank_text(entry: dict[str, Any]) -> str:
 
 def sensitivity_text(entry: dict[str, Any]) -> str:
     if entry.get("did_not_train"):
-        return "did not train"
+        return entry.get("untrained") or "did not train"
     value, per_seed = entry.get("lr_sensitivity"), entry.get("lr_sensitivity_per_seed")
     if value is None:
         return "–"
@@ -256,9 +270,10 @@ def markdown(entries: list[dict[str, Any]]) -> list[str]:
         "Final val loss against the learning rate, each variant at its own best lr; LR "
         "sensitivity = mean over the swept lrs of min(l(lr), l0) - l* (Wortsman et al. 2023; a "
         "diverged run counts at l0, the loss at init). `edge`: the best lr is the smallest or "
-        "largest swept, so the grid may not hold the variant's best. `did not train`: every run "
-        "at the variant's best lr ended on the unigram (or chance) plateau, so its flat curve "
-        "measures nothing learned; such variants are listed last, unranked. `rank`: 1 + the "
+        "largest swept, so the grid may not hold the variant's best. `diverged`, `stalled`, "
+        "`did not train (k diverged, m stalled)`: no run at the variant's best lr trained (each "
+        "diverged, or ended on the unigram or chance plateau), so its curve measures nothing "
+        "learned; such variants are listed last, unranked. `rank`: 1 + the "
         "number of variants significantly better at their best lr (pairwise Welch tests over the "
         "seeds there, Holm-adjusted at 5%); variants no test separates share a rank. LR "
         "sensitivity is taken over the rates every variant ran (a widened variant's extra rates "
@@ -331,7 +346,7 @@ def plot(
         )  # fmt: skip
         edge = ", best at the grid's edge" if e["edge"] else ""
         if e.get("did_not_train"):
-            tag = f"{e['label']} (DID NOT TRAIN: on the plateau at every lr)"
+            tag = f"{e['label']} ({(e.get('untrained') or 'did not train').upper()} at its best lr)"
         elif e["lr_sensitivity"] is None:
             tag = f"{e['label']} (no sensitivity: {len(e['lrs'])} rate(s) on the common grid)"
         else:

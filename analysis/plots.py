@@ -98,8 +98,10 @@ def draw_variant(
     else:
         ax.plot(steps, mean, color=color, lw=lw, ls=ls, marker=marker, ms=3, zorder=3)
     for run, pts in zip(runs, curves, strict=True):
-        if run.status == "diverged" and pts and "loss" in metric:  # where it stopped
-            ax.plot(*pts[-1], "x", color=color, ms=8, mew=2, zorder=4)
+        if run.status == "diverged" and pts and "loss" in metric:  # the step it diverged at
+            at = run.summary.get("diverged_at_step")
+            ax.plot(at if isinstance(at, int) else pts[-1][0], pts[-1][1], "x", color=color,
+                    ms=8, mew=2, zorder=4)  # fmt: skip
     return sum(1 for pts in raw if pts)
 
 

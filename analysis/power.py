@@ -22,6 +22,9 @@ from scipy.stats import binom
 from scipy.stats import t as student_t
 
 from analysis import stats
+from analysis.findings.declare import Claim
+from analysis.findings.estimands import estimate
+from analysis.findings.select import NoData, Reading, expand
 
 POWER = 0.8
 FLOOR, CAP = 5, 10  # interval claims
@@ -79,3 +82,66 @@ def held(n: int | None, floor: int, cap: int) -> tuple[int, str]:
     if n > cap:
         return cap, f"needs {n}: the cap (power below {POWER:.0%})"
     return n, f"needs {n}"
+
+
+# --- a claim's seeds from its pilot ----------------------------------------------------------
+RATES = ("rate", "pairs")  # one rate against a margin
+FISHER = ("rate2", "split")  # two rates, Fisher's exact test
+
+
+def fisher_seeds(k: list[int], n: list[int], side: str) -> int | None:
+    """The runs per arm at which Fisher's test passes with POWER if the pilot's rates hold."""
+    from scipy.stats import binom
+
+    p = [ki / ni for ki, ni in zip(k, n, strict=True)]
+    for m in range(2, RATE_CAP + 1):
+        ok = sum(
+            binom.pmf(a, m, p[0]) * binom.pmf(b, m, p[1])
+            for a in range(m + 1)
+            for b in range(m + 1)
+            if stats.rate_test(a, m, b, m, side) <= 0.025
+        )
+        if ok >= POWER:
+            return m
+    return None
+
+
+def part_seeds(part, effect: dict) -> tuple[int | None, bool]:
+    """(n the effect needs, whether it is a rate)."""
+    kind = part.estimand
+    if kind in RATES:
+        return rate_seeds(effect["effect"], part.margin, part.side), True
+    if kind in FISHER:
+        return fisher_seeds(effect["k"], effect["n"], part.side), True
+    if kind == "every":
+        return None, False
+    margin = (
+        part.margin if part.side != "within" else part.margin * (1 if effect["effect"] >= 0 else -1)
+    )
+    weights = part.weights if kind == "contrast" else ()
+    one = kind in ("paired", "mean", "ratio", "slope", "curve_level")  # one spread, n - 1 df
+    n = interval_seeds(effect["effect"], margin, effect["sd"], effect["scale"], weights, one)
+    return n, False
+
+
+def claim_seeds(claim: Claim, table: dict) -> tuple[int, str]:
+    """The seeds per arm ``claim`` needs on the pilot ``table`` (the largest any of its
+    effects needs, held between the floor and the cap), and why, effect by effect."""
+    needs, said, rate = [], [], False
+    for part in claim.parts:
+        try:
+            for label, one in expand(part, table["rows"]):
+                n, is_rate = part_seeds(one, estimate(one, Reading(claim, table)))
+                rate |= is_rate
+                needs.append(n)
+                said.append(f"{label}: {n if n is not None else '-'}")
+        except NoData as err:
+            said.append(f"no pilot values ({err})")
+    floor, cap = (RATE_FLOOR, RATE_CAP) if rate else (FLOOR, CAP)
+    if not needs:
+        n, why = floor, "no pilot effect to size it on: the floor"
+    elif None in needs:  # an effect no n clears at the pilot's estimate
+        n, why = held(None, floor, cap)
+    else:
+        n, why = held(max(needs), floor, cap)
+    return n, f"{why}; " + "; ".join(said)

@@ -40,6 +40,8 @@ ADAM_UPDATE = "adam/update"  # per layer and /total: ||lr * m_hat / (sqrt(v_hat)
 LAYER_DROP = "layer_drop"  # per layer: loss without block i - loss with every block
 SPIKE_LOSS_Z = "spike/loss_z"  # |loss - mean| / std over the previous window (OLMo-core's rule)
 SPIKE_GRAD_Z = "spike/grad_z"  # the same for the total gradient norm
+GUARD_SKIPPED = "guard/skipped_steps"  # optim.guards: the count so far, logged when it rises
+GUARD_CLIPPED = "guard/clipped_updates"
 
 
 def per_layer(prefix: str, i: int | str) -> str:

@@ -83,7 +83,7 @@ def test_a_stalled_arm_is_marked_everywhere_the_report_shows_it(tmp_path, with_f
     assert post["lr_sensitivity"] < pre["lr_sensitivity"]  # flat: it learned nothing anywhere
     md = (out / "report.md").read_text()
     lr_rows = [line for line in md.splitlines() if re.match(r"\| (\d+|–) \| placement=", line)]
-    assert lr_rows[0].startswith("| 1 | placement=pre ") and "| did not train |" in lr_rows[-1]
+    assert lr_rows[0].startswith("| 1 | placement=pre ") and "| stalled |" in lr_rows[-1]
     assert lr_rows[-1].startswith("| – | placement=post ")  # unranked, after the rest
     stalled = [r for r in report["variants"] if r["params"]["placement"] == "post"]
     assert all(len(r["did_not_train"]) == 2 for r in stalled)

@@ -164,9 +164,9 @@ def test_diverged_run_is_marked_not_averaged(sweep: Path, monkeypatch) -> None:
     assert all(not v["diverged_at_steps"] for v in report["variants"] if v is not post4)
 
     md = (sweep / "report/report.md").read_text()
-    (line,) = [row for row in md.splitlines() if "| post | layernorm | 4 |" in row]
+    (line,) = [row for row in md.splitlines() if "| post | 4 |" in row]
     assert "1 completed, 1 diverged" in line and "| 30 |" in line and "2.5000 (n=1)" in line
-    (line,) = [row for row in md.splitlines() if "| post | layernorm | 2 |" in row]
+    (line,) = [row for row in md.splitlines() if "| post | 2 |" in row]
     assert "2.1000 ± 0.1414 (n=2)" in line and "| – |" in line
     # one diverged run -> one x at the top of the depth plot, explained in the legend
     markers, legend = figures["best_val_vs_depth.png"]

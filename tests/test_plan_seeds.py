@@ -16,10 +16,10 @@ def test_fisher_seeds_for_rates_one_and_zero_by_hand():
     # Pilot rates 1 and 0 hold exactly: every m-vs-m table is (m, 0 | 0, m), whose one-sided
     # Fisher p is 1 / C(2m, m): 1/20 at m=3 (fails 0.025), 1/70 at m=4 (passes).
     assert 1 / comb(6, 3) > 0.025 >= 1 / comb(8, 4)
-    assert plan_seeds.fisher_seeds([10, 0], [10, 10], "above") == 4
-    assert plan_seeds.fisher_seeds([0, 10], [10, 10], "below") == 4
+    assert power.fisher_seeds([10, 0], [10, 10], "above") == 4
+    assert power.fisher_seeds([0, 10], [10, 10], "below") == 4
     # Equal rates: no m up to the cap gives the test its power.
-    assert plan_seeds.fisher_seeds([5, 5], [10, 10], "above") is None
+    assert power.fisher_seeds([5, 5], [10, 10], "above") is None
 
 
 def test_plan_over_the_published_pilots_sizes_every_claim_once():

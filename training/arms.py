@@ -123,6 +123,13 @@ def check_connection_key(sub: str, args: Sequence[str]) -> str:
         users = [v for v in values if connection_uses(sub, v)]
     except ValueError:  # an unknown connection: the model's own check names the choices
         return ""
+    if given and not users:  # no connection of the command line uses it
+        users = "/".join(c for c in ("hc", "shc", "mhc") if connection_uses(sub, c))
+        raise SystemExit(
+            f"error: model.{sub} acts under model.connection={users} only, and this command "
+            f"line runs model.connection={given[-1]}; drop model.{sub} or set "
+            f"model.connection={users.split('/')[0]}"
+        )
     if not users or len(users) == len(values):
         return ""
     others = [v for v in values if v not in users]
@@ -137,16 +144,18 @@ def inapplicable(
 ) -> list[str]:
     """The keys among a job's ``overrides`` that do not act in it: a key its chosen group
     option (``choices``: group -> option) does not define, or a connection's key under a
-    ``connection`` that does not use it: an arm's key in a sweep across a group's options or
-    across connections (``check_option_key``), which the job runs, and records, without."""
+    ``connection`` (set on the command line) that does not use it: an arm's key in a sweep
+    across a group's options or across connections (``check_option_key``), which the job runs,
+    and records, without."""
     out = []
+    swept = any(o.startswith("model.connection=") for o in overrides)  # by the command line
     for item in overrides:
         key = item.lstrip("+~").partition("=")[0]
         group, _, sub = key.partition(".")
         option = choices.get(group) if group in OPTION_GROUPS and sub else None
         if option and "." not in sub and sub not in option_keys(group, str(option), conf):
             out.append(key)
-        elif group == "model" and sub in CONNECTION_KEYS and connection:
+        elif group == "model" and sub in CONNECTION_KEYS and connection and swept:
             out += [] if connection_uses(sub, connection) else [key]
     return out
 
@@ -160,10 +169,11 @@ def drop_inapplicable(cfg: Any, conf: Path = CONF) -> list[str]:
     default. The keys taken out."""
     import yaml
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import open_dict
 
-    if not HydraConfig.initialized():
-        return []
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return []  # a single run's keys were checked whole (preflight, the model's checks)
     hydra_cfg = HydraConfig.get()
     choices = hydra_cfg.runtime.choices
     connection = OmegaConf.select(cfg, "model.connection")

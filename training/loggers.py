@@ -41,7 +41,7 @@ from training.run_config import RunConfig
 SECTIONS = ("train", "val", "grad_norm", "act_norm", "update", "attn", "throughput")
 SECTIONS += ("act_max", "block_cos", "update_ratio", "logits", "sharpness")  # probes/
 SECTIONS += ("act_massive", "act_kurtosis", "linear_out", "headroom", "saturation", "spectral")
-SECTIONS += ("stable_rank", "adam", "layer_drop", "spike")  # the instruments
+SECTIONS += ("stable_rank", "adam", "layer_drop", "spike", "guard")  # the instruments, guards
 # summary.json fields copied into the wandb run table (declared in runs/summary.py).
 SUMMARY_FIELDS = wandb_fields()
 SUMMARY_OF = {"val/loss": "min", "val/bpb": "min", "val/acc": "max", "train/loss": "min"}

@@ -213,7 +213,11 @@ class TrainTask(ReportsToRecord, L.LightningModule):
 
     def optimizer_step(self, *args, **kwargs) -> None:
         step = self.global_step
+        before = self.guard_counts()
         super().optimizer_step(*args, **kwargs)
+        if rose := {k: v for k, v in self.guard_counts().items() if v > before.get(k, 0)}:
+            # a guard acted at this step: its count so far (the card places its actions)
+            self.log_rows({f"guard/{k}": float(v) for k, v in rose.items()}, step)
         # Forward, backward and update; validation, checkpoints and logger flushes come later.
         seconds = time.perf_counter() - self._step_start
         units = self._step_units * self.trainer.world_size

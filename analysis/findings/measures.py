@@ -159,6 +159,7 @@ MEASURES: dict[str, Measure] = {
     "best_val_loss": lambda c: c.completed("best_val_loss"),
     "final_val_loss": lambda c: c.completed("final_val_loss"),
     "best_val_acc": lambda c: c.completed("best_val_acc"),
+    "params": lambda c: summary_value(c, "params"),  # the model's parameter count
     "unigram_gap": unigram_gap,  # the data's unigram loss - the run's best val loss
     "first_train_loss": lambda c: first(c.series("train/loss")),  # the loss at initialization
     "early_update": early_update,  # mean update/model over the first 5% of steps

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, TINY_RUN
 from training.arms import inapplicable
 from training.launch import preflight
@@ -32,10 +34,18 @@ def test_an_arms_key_in_a_sweep_across_the_group_is_said_once_and_added_for_ever
 
 def test_a_job_drops_exactly_the_keys_its_arm_does_not_use():
     over = ["param=sp", "++param.base_width=32", "model.streams=4", "model.sinkhorn_iters=5"]
+    # the connection from the config, not the command line: its keys are the model's to check
+    assert inapplicable(over, {"param": "sp"}, "residual") == ["param.base_width"]
+    over.append("model.connection=residual")  # a job of a sweep across connections
     assert inapplicable(over, {"param": "sp"}, "residual") == [
         "param.base_width", "model.streams", "model.sinkhorn_iters"]  # fmt: skip
     assert inapplicable(over, {"param": "mup"}, "hc") == ["model.sinkhorn_iters"]
     assert inapplicable(over, {"param": "mup"}, "mhc") == []
+
+
+def test_a_connection_key_no_connection_of_the_command_line_uses_is_refused():
+    with pytest.raises(SystemExit, match=r"model.streams acts under model.connection=hc/shc/mhc"):
+        preflight(["-m", "model.connection=residual", "model.streams=4", "seed=0,1"])
 
 
 def test_run_names_carry_every_swept_key_so_no_two_jobs_share_one(compose_cfg):
