@@ -147,6 +147,8 @@ def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_d
     and every plot in ``out_dir`` embedded."""
     esc = html.escape
     head, rows = table
+    groups = ", ".join(report["wandb_groups"])
+    group = f"wandb group <code>{esc(groups)}</code>." if groups else "in no wandb group."
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>normlab report: {esc(report['sweep_dir'])}</title>",
@@ -156,9 +158,7 @@ def page(report: dict[str, Any], table: tuple[list[str], list[list[str]]], out_d
         "figcaption{font-size:14px;color:#444;max-width:900px}img{max-width:100%}</style>",
         "</head><body>",
         f"<h1>Sweep report</h1><p>{esc(report['sweep_dir'])}: {report['n_runs']} runs in "
-        f"{len(report['variants'])} variants; wandb group "
-        f"<code>{esc(', '.join(report['wandb_groups']))}</code>. "
-        f"{esc(report.get('shared') or '')}</p>",
+        f"{len(report['variants'])} variants; {group} {esc(report.get('shared') or '')}</p>",
         "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>",
         *("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows),
         "</table>",

@@ -52,7 +52,7 @@ def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
                 group = runfiles.wandb_group(None, parent)
         if group and "${" not in str(group):
             found[str(group)] += 1
-    return [g for g, _ in found.most_common()] or [sweep_dir.resolve().name]
+    return [g for g, _ in found.most_common()]  # none: single runs, in no group
 
 
 def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
@@ -65,15 +65,23 @@ def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
         return None
     parts = [p.relative_to(sweep_dir).parts for p in dirs]
     if len({len(p) for p in parts}) > 1:
-        pattern = str(sweep_dir / "**" / "wandb" / "offline-run-*")
-    else:
-        glob = [c[0] if len(set(c)) == 1 else "*" for c in zip(*parts, strict=True)]
+        return str(sweep_dir / "**" / "wandb" / "offline-run-*")
+    # a component the runs differ in is "*", or "*=*" where every one is a job dir name
+    # (key=value,...), which the report dir's name is not
+    for wild in ("*", "*=*"):
+        glob = [c[0] if len(set(c)) == 1 else wild if all(wild != "*=*" or "=" in x for x in c)
+                else "*" for c in zip(*parts, strict=True)]  # fmt: skip
         glob[-1] = "offline-run-*"
         pattern = str(sweep_dir.joinpath(*glob))
-    matched = [Path(m) for m in globlib.glob(pattern, recursive=True)]
-    if skip is not None and any(m.is_relative_to(skip) for m in matched):
-        return " ".join(str(d) for d in sorted(dirs))  # the glob would take the report's run too
-    return pattern
+        matched = [Path(m) for m in globlib.glob(pattern, recursive=True)]
+        if skip is None or not any(m.is_relative_to(skip) for m in matched):
+            return pattern
+    if len(dirs) <= SYNC_LISTED:
+        return " ".join(str(d) for d in sorted(dirs))
+    return str(sweep_dir / "**" / "wandb" / "offline-run-*")  # the report's run comes too
+
+
+SYNC_LISTED = 8  # more offline runs than this, and no glob leaves the report's out: a glob
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -223,12 +231,17 @@ def trained(report: dict[str, Any]) -> bool:
     return any(v["best_val_loss"] or v["best_val_acc"] for v in report["variants"])
 
 
+def group_text(report: dict[str, Any]) -> str:
+    groups = report["wandb_groups"]
+    return f"wandb group {md_code(', '.join(groups))}" if groups else "in no wandb group"
+
+
 def markdown(report: dict[str, Any]) -> str:
     out = [f"# Sweep report: {md_code(report['sweep_dir'])}", ""]
     if report["init_probe"] and not trained(report):  # F1: forward + backward at init only
         out += [
             f"Init probe of {len(report['init_probe'])} series x depth groups (mean over "
-            f"seeds); wandb group {md_code(', '.join(report['wandb_groups']))}.",
+            f"seeds); {group_text(report)}.",
             "",
             probe_table(report["init_probe"]),
             "",
@@ -237,8 +250,7 @@ def markdown(report: dict[str, Any]) -> str:
             out += [f"![{name}]({name})", "", f"*{caption(name)}*" if caption(name) else "", ""]
         return "\n".join(out)
     out.append(
-        f"{report['n_runs']} runs in {len(report['variants'])} variants; wandb group "
-        f"{md_code(', '.join(report['wandb_groups']))}."
+        f"{report['n_runs']} runs in {len(report['variants'])} variants; {group_text(report)}."
     )
     out += [
         "Loss and accuracy: mean ± sample std over the completed runs (n shown when fewer "
@@ -336,7 +348,7 @@ def write_report(
             "sweep_dir": str(sweep_dir),
             "n_runs": len(runs),
             "variant_fields": fields,
-            "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [sweep_dir.resolve().name],
+            "wandb_groups": wandb_groups(runs, sweep_dir) if runs else [],
             "wandb_sync": wandb_sync_pattern(sweep_dir, skip=out_dir),
             "wandb": wandb_target(runs),  # where the runs logged: the report run goes there too
             "variants": [v.row() for v in variants],

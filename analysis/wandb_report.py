@@ -77,7 +77,8 @@ def log_report(
     if mode == "disabled":
         return "wandb disabled (WANDB_MODE=disabled): no report run"
     check_wandb_online(mode)
-    group = report["wandb_groups"][0]
+    groups = report["wandb_groups"]
+    group = groups[0] if groups else None  # single runs: the report run joins no group either
     columns, rows = table
     os.environ.setdefault("WANDB_SILENT", "true")
     replaced = superseded_offline_runs(out_dir) if mode == "offline" else []
@@ -98,7 +99,7 @@ def log_report(
     )
     try:
         artifact = wandb.Artifact(
-            artifact_name(group),
+            artifact_name(group or Path(report["sweep_dir"]).resolve().name),
             type="report",
             metadata={"n_runs": report["n_runs"], "variants": len(report["variants"])},
         )

@@ -100,7 +100,9 @@ def report_command(argv: list[str] | None) -> int:
         print(f"figure: {xy_figure(args.sweep_dir, args.x, args.y.split(','), out_dir)}")
     if report["wandb"] or report["wandb_sync"]:  # the runs logged to wandb: where to look
         project = (report["wandb"] or {}).get("project", "normlab")
-        print(f"wandb group to open (project {project}): {', '.join(report['wandb_groups'])}")
+        groups = ", ".join(report["wandb_groups"])
+        none = f"wandb (project {project}): these runs are in no group; find them by name"
+        print(f"wandb group to open (project {project}): {groups}" if groups else none)
     if report["wandb_sync"]:
         print(f"upload offline runs: wandb sync {report['wandb_sync']}")
     else:  # logger=csv, or wandb disabled

@@ -25,6 +25,34 @@ def fake_run(path: Path, config: str, metrics: str, summary: dict) -> Path:
     return path
 
 
+SETTINGS = {"model.name": "gpt", "placement.name": "pre", "trainer.max_steps": 30, "optim.lr": 1e-3,
+            "data.batch_size": 16}  # fmt: skip
+
+
+def settings_run(root: Path, name: str, seed: int, loss: float, code="abc", **changes) -> Path:
+    """A finished run as train.py leaves it: summary.json with its run_config and code_version
+    (``changes``: config keys; a ``summary`` mapping adds summary fields)."""
+    extra = changes.pop("summary", {})
+    config = {**SETTINGS, **changes}
+    yaml = "".join(f"{k}: {v}\n" for k, v in {"seed": seed, **nest(config)}.items())
+    summary = {
+        "status": "completed", "model": "gpt", "placement": "pre", "norm": "layernorm",
+        "n_layer": 2, "lr": config["optim.lr"], "seed": seed, "best_val_loss": loss,
+        "final_val_loss": loss, "run_config": {**config, "seed": seed}, "code_version": code,
+        **extra,
+    }  # fmt: skip
+    return fake_run(root / name, yaml, "step\n", summary)
+
+
+def nest(flat: dict) -> dict:
+    """{"a.b": 1} as the YAML flow mappings config.yaml holds: {"a": "{b: 1}"}."""
+    out: dict = {}
+    for key, value in flat.items():
+        head, _, tail = key.partition(".")
+        out.setdefault(head, {})[tail] = value
+    return {k: "{" + ", ".join(f"{a}: {b}" for a, b in v.items()) + "}" for k, v in out.items()}
+
+
 def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
     """(step, metric) -> the value as written; fails on a duplicate. Throughput is wall clock."""
     out: dict[tuple[int, str], str] = {}

@@ -18,40 +18,16 @@ from analysis.report import write_report
 from analysis.runs import load_runs
 from analysis.variants import group_variants
 from experiments import reproduce
-from tests.helpers import fake_run
+from tests.helpers import settings_run
 from tests.test_reproduce import F2_SMALL, f2_sweep
-
-SETTINGS = {"model.name": "gpt", "placement.name": "pre", "trainer.max_steps": 30, "optim.lr": 1e-3,
-            "data.batch_size": 16}  # fmt: skip
-
-
-def run_dir(root: Path, name: str, seed: int, loss: float, code="abc", **changes) -> Path:
-    """A finished run as train.py leaves it: summary.json with its run_config and code_version."""
-    config = {**SETTINGS, **changes}
-    yaml = "".join(f"{k}: {v}\n" for k, v in {"seed": seed, **nest(config)}.items())
-    summary = {
-        "status": "completed", "model": "gpt", "placement": "pre", "norm": "layernorm",
-        "n_layer": 2, "lr": config["optim.lr"], "seed": seed, "best_val_loss": loss,
-        "final_val_loss": loss, "run_config": {**config, "seed": seed}, "code_version": code,
-    }  # fmt: skip
-    return fake_run(root / name, yaml, "step\n", summary)
-
-
-def nest(flat: dict) -> dict:
-    """{"a.b": 1} as the YAML flow mappings config.yaml holds: {"a": "{b: 1}"}."""
-    out: dict = {}
-    for key, value in flat.items():
-        head, _, tail = key.partition(".")
-        out.setdefault(head, {})[tail] = value
-    return {k: "{" + ", ".join(f"{a}: {b}" for a, b in v.items()) + "}" for k, v in out.items()}
 
 
 # --- which runs a variant pools ------------------------------------------------------------------
 def test_a_copy_or_a_rerun_of_a_seed_counts_once(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    run_dir(sweep, "seed=0", 0, 2.0)
-    run_dir(sweep, "seed=1", 1, 2.2)
-    rerun = run_dir(sweep, "model.n_head=4,seed=0", 0, 2.0)  # extended by a restated default
+    settings_run(sweep, "seed=0", 0, 2.0)
+    settings_run(sweep, "seed=1", 1, 2.2)
+    rerun = settings_run(sweep, "model.n_head=4,seed=0", 0, 2.0)  # extended by a restated default
     os.utime(rerun / "summary.json", (2e9, 2e9))  # it ran after the sweep's own
     shutil.copytree(sweep / "seed=1", sweep / "backup" / "seed=1")  # a backup inside the sweep
     report = write_report(sweep, plots=False)
@@ -65,20 +41,20 @@ def test_a_copy_or_a_rerun_of_a_seed_counts_once(tmp_path: Path) -> None:
 
 def test_a_finished_repeat_of_a_seed_is_kept_over_a_failed_one(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    failed = run_dir(sweep, "seed=0", 0, 2.0)
+    failed = settings_run(sweep, "seed=0", 0, 2.0)
     summary = json.loads((failed / "summary.json").read_text())
     (failed / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
-    run_dir(sweep, "rerun,seed=0", 0, 2.1)
+    settings_run(sweep, "rerun,seed=0", 0, 2.1)
     (only,) = write_report(sweep, plots=False)["variants"]
     assert [(r["seed"], r["status"]) for r in only["runs"]] == [(0, "completed")]
 
 
 def test_a_run_with_other_settings_is_a_variant_of_its_own_never_another_seed(tmp_path):
     sweep = tmp_path / "sweep"
-    run_dir(sweep, "seed=0", 0, 2.0)
-    run_dir(sweep, "seed=1", 1, 2.2)
-    run_dir(sweep, "seed=2", 2, 1.1, **{"trainer.max_steps": 300})
-    run_dir(sweep, "seed=3", 3, 2.1, **{"data.batch_size": 64})
+    settings_run(sweep, "seed=0", 0, 2.0)
+    settings_run(sweep, "seed=1", 1, 2.2)
+    settings_run(sweep, "seed=2", 2, 1.1, **{"trainer.max_steps": 300})
+    settings_run(sweep, "seed=3", 3, 2.1, **{"data.batch_size": 64})
     report = write_report(sweep, plots=False)
     assert "trainer.max_steps" in report["variant_fields"]
     assert "data.batch_size" in report["variant_fields"]
@@ -91,8 +67,8 @@ def test_a_run_with_other_settings_is_a_variant_of_its_own_never_another_seed(tm
 
 def test_a_variant_whose_runs_ran_different_code_says_so(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    run_dir(sweep, "seed=0", 0, 2.0, code="aaa")
-    run_dir(sweep, "seed=1", 1, 2.2, code="bbb")
+    settings_run(sweep, "seed=0", 0, 2.0, code="aaa")
+    settings_run(sweep, "seed=1", 1, 2.2, code="bbb")
     report = write_report(sweep, plots=False)
     assert len(report["variants"]) == 1 and len(report["variants"][0]["runs"]) == 2
     assert any("ran different code (code_version aaa, bbb)" in w for w in report["warnings"])
@@ -131,7 +107,7 @@ def test_an_arms_seeds_never_enter_the_best_rate_choice(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     for seed, lr, loss in [(0, 1e-3, 2.0), (1, 1e-3, 2.0), (0, 3e-3, 2.1), (1, 3e-3, 2.1),
                            (2, 3e-3, 0.5)]:  # fmt: skip
-        run_dir(sweep, f"optim.lr={lr},seed={seed}", seed, loss, **{"optim.lr": lr})
+        settings_run(sweep, f"optim.lr={lr},seed={seed}", seed, loss, **{"optim.lr": lr})
     runs, _ = load_runs(sweep)
     variants = group_variants(runs, ["lr"])
     curve = lr_curve(variants)
@@ -144,7 +120,7 @@ def test_an_arms_seeds_never_enter_the_best_rate_choice(tmp_path: Path) -> None:
 def test_a_group_name_cannot_break_report_md(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     for seed in (0, 1):
-        run = run_dir(sweep, f"seed={seed}", seed, 2.0)
+        run = settings_run(sweep, f"seed={seed}", seed, 2.0)
         summary = json.loads((run / "summary.json").read_text())
         summary["wandb_group"] = "g`x\n# injected <b>bold</b> | cell"
         (run / "summary.json").write_text(json.dumps(summary))
