@@ -156,7 +156,9 @@ def identity_fields(report: dict[str, Any]) -> list[str]:
     fields = report["variant_fields"]
     if not fields:
         return ["model", "placement", "norm", "n_layer", "lr", "warmup_steps"]
-    return [*(f for f in CANONICAL if f in fields), *(f for f in fields if f not in CANONICAL)]
+    rates = ("lr", "warmup_steps")  # last: the table reads as each variant over its rates
+    first = [f for f in CANONICAL if f in fields and f not in rates]
+    return [*first, *(f for f in fields if f not in CANONICAL), *(f for f in rates if f in fields)]
 
 
 def shared_line(report: dict[str, Any]) -> str:

@@ -178,3 +178,30 @@ def test_every_intervention_runs_from_the_command_line(tmp_path, tiny_run, compo
     assert summary["status"] == "completed"
     assert summary["skipped_steps"] == summary["clipped_updates"] == 0  # too few steps to score
     assert problems(json.loads((tmp_path / "summary.json").read_text())) == []
+
+
+def test_a_guards_action_is_logged_at_its_step_and_told_by_the_card(
+    tmp_path, tiny_run, compose_cfg, monkeypatch
+):
+    """skip_step skipping the 3rd and 5th optimizer steps (0-based 2, 4): guard/skipped_steps
+    rises at those steps in metrics.csv, and the run's card places both."""
+    import train
+    from analysis.cards import story
+    from analysis.runs import Warnings, load_run
+    from training import guards
+
+    calls = {"n": 0}
+
+    def skip(self, loss: float, grad_norm: float) -> bool:
+        calls["n"] += 1
+        hit = calls["n"] in (3, 5)
+        self.count += hit
+        return hit
+
+    monkeypatch.setattr(guards.SkipStep, "skip", skip)
+    over = [*tiny_run, "trainer.max_steps=6", "optim.guards=[skip_step]", f"run_dir={tmp_path}"]
+    summary = train.run(compose_cfg(over))
+    assert summary["skipped_steps"] == 2
+    run = load_run(tmp_path, Warnings(quiet=True))
+    assert run.metrics["guard/skipped_steps"] == [(2, 1.0), (4, 2.0)]
+    assert (2, "skip_step skipped 2 step(s) (at 2, 4)") in story(run)
