@@ -22,7 +22,7 @@ def commands() -> list[tuple[str, list[str]]]:
         for line in path.read_text().splitlines():
             for match in COMMAND.finditer(line.strip()):
                 args = shlex.split(match.group(1).replace("\\", ""))
-                args = [a for a in args if a != "-m" and not a.startswith("<")]
+                args = [a for a in args if not a.startswith("<")]
                 if any("<" in a or "..." in a for a in args):
                     continue  # a template such as data.path=<dir>
                 found.append((f"{path.relative_to(ROOT)}: {line.strip()[:60]}", args))
@@ -31,10 +31,29 @@ def commands() -> list[tuple[str, list[str]]]:
 
 @pytest.mark.parametrize("where,args", commands(), ids=lambda v: v if isinstance(v, str) else "")
 def test_documented_commands_compose(where, args, compose_cfg):
-    single = [a.split(",")[0] if "=" in a and "[" not in a else a for a in args]  # a sweep's 1st
+    """A sweep's command line passes the preflight whole (an arm's key becomes ``++``), and its
+    first job composes."""
+    args = preflight(args) if "-m" in args else args
+    single = [a.split(",")[0] if "=" in a and "[" not in a else a for a in args if a != "-m"]
     single = [a for a in single if not a.startswith("hydra/launcher=")]
-    preflight(single)
+    if "-m" not in args:
+        preflight(single)
     compose_cfg(single)
+
+
+def test_the_documented_thresholds_and_probe_intervals_are_the_registries():
+    """docs/usage.md's tables of the card's thresholds and the probes' intervals, row by row
+    against analysis/cards.py's CROSSINGS and training/probe_config.py's PROBES."""
+    from analysis.cards import CROSSINGS
+    from training.probe_config import PROBES
+
+    text = (ROOT / "docs" / "usage.md").read_text()
+    for c in CROSSINGS:
+        event = c.event.replace("|", "\\|")
+        assert f"| {event} | {c.pattern} | {c.rule} {c.threshold:g} |" in text, c.event
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| (yes|no) \|$", text, re.M)
+    assert {n: (int(k), on == "yes") for n, k, on in rows} == {
+        n: (p.every, p.default_on) for n, p in PROBES.items()}  # fmt: skip
 
 
 def test_linked_files_exist():
