@@ -31,7 +31,9 @@ def freeze(only: list[str] | None = None) -> int:
             f"{', '.join(FINDINGS)}"
         )
     before = frozen() or Frozen("")
-    first, claims, changed = before.next_seed, {}, []
+    # past every seed a freeze handed out and every seed a published verdict was decided on
+    # (a lost or cut frozen.json never hands those out again)
+    first, claims, changed = max(before.next_seed, past_published_seeds()), {}, []
     for name, finding in FINDINGS.items():
         if names and name not in names:
             claims |= {c.id: before.claims[c.id] for c in finding.claims if c.id in before.claims}
@@ -51,13 +53,55 @@ def freeze(only: list[str] | None = None) -> int:
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT, check=False)  # fmt: skip
     step = 1000 if changed else 0  # the next freeze's seeds lie past every one handed out
-    record = Frozen(hash_now(), claims, first + step, datetime.date.today().isoformat(),
-                    git.stdout.strip())  # fmt: skip
+    record = Frozen(frozen_registry(claims), claims, first + step,
+                    datetime.date.today().isoformat(), git.stdout.strip())  # fmt: skip
     FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
     seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
     console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
                   f"new or changed ones: {seeds} -> {FROZEN}")  # fmt: skip
     return 0
+
+
+PUBLISHED = ROOT / "docs" / "findings"
+
+
+def past_published_seeds(folder: Path | None = None) -> int:
+    """The first multiple of 1000 past every seed a published verdict's table holds."""
+    folder, seeds = folder or PUBLISHED, [0]
+    for path in folder.glob("*/verdict.json"):
+        record = read_verdict(path) or {}
+        rows = (record.get("table") or {}).get("rows") or []
+        seeds += [r["seed"] for r in rows if isinstance(r, dict) and isinstance(r.get("seed"), int)]
+    return (max(seeds) // 1000 + 1) * 1000
+
+
+def frozen_registry(claims: dict[str, dict]) -> str:
+    """frozen.json's ``registry``: one hash of the claim hashes it records (registry_hash's
+    rule), so the file can be checked against itself."""
+    import hashlib
+
+    hashes = "".join(sorted(str(c["hash"]) for c in claims.values()))
+    return hashlib.sha256(hashes.encode()).hexdigest()[:16]
+
+
+def freeze_problems() -> list[str]:
+    """What does not hold in frozen.json: its registry hash against its own claims, and each
+    frozen claim's hash against the claim as declared now."""
+    record = frozen()
+    if record is None:
+        return []
+    out = []
+    if record.registry != frozen_registry(record.claims):
+        out.append(f"frozen.json's registry {record.registry} is not the hash of its claims "
+                   f"({frozen_registry(record.claims)}): the file was edited by hand")  # fmt: skip
+    for finding in FINDINGS.values():
+        for claim in finding.claims:
+            held = record.claims.get(claim.id)
+            if held and held.get("hash") != claim_hash(claim):
+                out.append(f"{claim.id} is declared anew since its freeze (frozen "
+                           f"{held.get('hash')}, now {claim_hash(claim)}): freeze it again "
+                           "with its ledger entry")  # fmt: skip
+    return out
 
 
 def text(verdict: dict) -> str:
@@ -70,6 +114,9 @@ def recompute_all(paths: list[Path]) -> int:
     without one (a finding not yet run) is named and passed over, as are files that are no
     verdict (docs/findings/*'s README.md and ledger.json)."""
     code = 0
+    for problem in freeze_problems():
+        console.print(f"error: {problem}", markup=False)
+        code = 1
     for path in paths:
         if path.is_dir() and not (path / "verdict.json").exists():
             console.print(f"{path}: no verdict yet", markup=False)  # declared, not yet run
@@ -86,14 +133,16 @@ def recompute_all(paths: list[Path]) -> int:
         pairs = list(zip(again, record["claims"], strict=False))
         # a claim declared anew since (its hash moved) is decided by other rules now, so its
         # file cannot be checked against them
+        # a claim whose declaration moved since (a ledger entry, or a hand-edited file) is
+        # decided by other rules now: never "identical"
         anew = [a["id"] for a, b in pairs if a["hash"] != b.get("hash")]
-        differs = [a["id"] for a, b in pairs if a["id"] not in anew and text(a) != text(b)]
+        differs = [a["id"] for a, b in pairs if text(a) != text(b)]
         if len(again) != len(record["claims"]):
             differs.append("the number of claims")
         same = "identical" if not differs else f"DIFFERENT ({', '.join(differs)})"
         if anew:
-            why = "seeds sized at the freeze, or a ledger entry"
-            same += f"; {', '.join(anew)} declared anew since ({why})"
+            same += (f"; {', '.join(anew)}: the declaration's hash differs from the file's "
+                     "(declared anew since, or the file was edited): decide it again")  # fmt: skip
         registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
         console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
         code = max(code, int(bool(differs)))

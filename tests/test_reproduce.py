@@ -341,17 +341,20 @@ def test_recompute_finds_every_verdict_identical_from_its_file(
     row["values"]["best_val_loss"] += 0.5
     (out / "verdict.json").write_text(json.dumps(record))
     assert reproduce.main(["--recompute", str(out / "verdict.json")]) == 1
-    # a claim declared anew since its file is named, not failed; a glob's other entries (a
-    # README, a finding not yet run) are passed over
+    # a claim whose hash in the file is not its declaration's (declared anew since, or the
+    # file edited) is never identical; a glob's other entries (a README, a finding not yet
+    # run) are passed over
+    row["values"]["best_val_loss"] -= 0.5
     for claim in record["claims"]:
         claim["hash"] = "0" * 16
     (out / "verdict.json").write_text(json.dumps(record))
     (tmp_path / "README.md").write_text("# findings\n")
     (tmp_path / "f99").mkdir()
     paths = [str(out), str(tmp_path / "README.md"), str(tmp_path / "f99")]
-    assert reproduce.main(["--recompute", *paths]) == 0
+    assert reproduce.main(["--recompute", *paths]) == 1
     said = capsys.readouterr().out
-    assert "F2a, F2b declared anew since" in said and "f99: no verdict yet" in said
+    assert "DIFFERENT (F2a, F2b)" in said and "F2a, F2b: the declaration's hash differs" in said
+    assert "f99: no verdict yet" in said
 
 
 def all_frozen_at(first: int):
@@ -389,6 +392,7 @@ def frozen_file(tmp_path: Path, monkeypatch) -> Path:
     path = tmp_path / "frozen.json"
     monkeypatch.setattr(findings, "FROZEN", path)
     monkeypatch.setattr(registry, "FROZEN", path)
+    monkeypatch.setattr(registry, "PUBLISHED", tmp_path / "published")  # no verdicts yet
     return path
 
 
