@@ -150,8 +150,10 @@ def label(params: dict[str, Any], fields: Iterable[str]) -> str:
 
 def md_cell(text: Any) -> str:
     """A markdown table cell showing ``text`` literally: a ``|`` would end the cell, a newline
-    the row, and raw HTML would render (report.html escapes the same values)."""
-    return html.escape(" ".join(str(text).split())).replace("|", "\\|")
+    the row, raw HTML would render, ``[text](url)`` would be a live link and a backtick open a
+    code span (report.html escapes the same values)."""
+    flat = html.escape(" ".join(str(text).split())).replace("|", "\\|")
+    return flat.replace("`", "\\`").replace("](", "\\](")
 
 
 def md_code(text: Any) -> str:

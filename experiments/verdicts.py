@@ -141,6 +141,11 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
     lists them; a name outside dest or not one publish writes is never touched), names every
     file it replaces, and refuses a dest inside the sweep dir or holding another finding's."""
     experiment = FINDINGS[finding].experiment
+    if dest.exists() and not dest.is_dir():
+        raise SystemExit(
+            f"error: --publish takes a directory and {dest} is a file; publish into its "
+            f"directory (e.g. --publish {dest.parent})"
+        )
     if dest.resolve().is_relative_to(out.resolve()):
         raise SystemExit(
             f"error: --publish {dest} is inside the sweep dir {out}; publish elsewhere"
@@ -166,6 +171,8 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
     canonical = f"multirun/reproduce/{experiment}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publishing-", dir=dest.parent))
+    # mkdtemp's 0700 would become dest's: keep dest's own mode, or the user's umask's
+    os.chmod(stage, dest.stat().st_mode & 0o777 if dest.is_dir() else 0o777 & ~current_umask())
     try:
         if dest.is_dir():
             shutil.copytree(dest, stage, dirs_exist_ok=True, symlinks=True)
@@ -198,6 +205,12 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
     console.print(f"published to {dest}: {', '.join(files)}")
     if replaced:
         console.print(f"  replaced: {', '.join(replaced)}")
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def published_finding(dest: Path) -> str | None:

@@ -86,7 +86,12 @@ class NormConfig:
         """Refuse a name or options this norm would refuse over ``dim`` features (torch-free)."""
         get_norm(self.name).check_options(dim, **self.options())
         if self.alpha_attn is not None:
-            get_norm(self.name).check_options(dim, **{**self.options(), "alpha": self.alpha_attn})
+            try:
+                get_norm(self.name).check_options(
+                    dim, **{**self.options(), "alpha": self.alpha_attn}
+                )
+            except ValueError as err:  # its message names norm.alpha: this value is alpha_attn's
+                raise ValueError(str(err).replace("norm.alpha ", "norm.alpha_attn ", 1)) from None
 
     def options(self) -> dict[str, Any]:
         """Every option field; each norm takes the ones its NormSpec.options names (a new

@@ -53,6 +53,21 @@ def nest(flat: dict) -> dict:
     return {k: "{" + ", ".join(f"{a}: {b}" for a, b in v.items()) + "}" for k, v in out.items()}
 
 
+def sweep_out(tmp_path: Path, finding: str = "f6") -> Path:
+    """A sweep dir as judge() leaves it: the verdict, the report and one of the key figures."""
+    out = tmp_path / "sweep"
+    (out / "report").mkdir(parents=True)
+    from experiments.verdicts import verdict_stem
+
+    stem = verdict_stem(finding)
+    (out / f"{stem}.json").write_text(json.dumps({"finding": finding, "claims": []}))
+    (out / f"{stem}.md").write_text(f"# {finding}\n")
+    (out / "report" / "report.md").write_text("# report\n" + "x" * 100_000 + "\n")
+    (out / "report" / "report.json").write_text(json.dumps({"variants": [], "pad": "y" * 100_000}))
+    (out / "report" / "lr_sensitivity.png").write_bytes(b"new figure")
+    return out
+
+
 def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
     """(step, metric) -> the value as written; fails on a duplicate. Throughput is wall clock."""
     out: dict[tuple[int, str], str] = {}

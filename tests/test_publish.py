@@ -11,19 +11,7 @@ import pytest
 
 from experiments import reproduce, verdicts
 from experiments.verdicts import PUBLISHED, publish, read_verdict, write_verdicts
-
-
-def sweep_out(tmp_path: Path, finding: str = "f6") -> Path:
-    """A sweep dir as judge() leaves it: the verdict, the report and one of the key figures."""
-    out = tmp_path / "sweep"
-    (out / "report").mkdir(parents=True)
-    stem = verdicts.verdict_stem(finding)
-    (out / f"{stem}.json").write_text(json.dumps({"finding": finding, "claims": []}))
-    (out / f"{stem}.md").write_text(f"# {finding}\n")
-    (out / "report" / "report.md").write_text("# report\n" + "x" * 100_000 + "\n")
-    (out / "report" / "report.json").write_text(json.dumps({"variants": [], "pad": "y" * 100_000}))
-    (out / "report" / "lr_sensitivity.png").write_bytes(b"new figure")
-    return out
+from tests.helpers import sweep_out
 
 
 def published(dest: Path, finding: str, experiment: str, files: list[str]) -> None:

@@ -103,6 +103,12 @@ class OptimConfig:
                 f"unknown optimizer '{self.name}'; choose one of: {', '.join(OPTIMIZER_KEYS)}"
             )
         self.guards = list(self.guards)
+        if len(set(self.guards)) < len(self.guards):
+            twice = sorted({g for g in self.guards if self.guards.count(g) > 1})
+            raise ValueError(
+                f"optim.guards names {', '.join(twice)} twice; each guard acts once per step: "
+                f"optim.guards=[{','.join(dict.fromkeys(self.guards))}]"
+            )
         unknown = [g for g in self.guards if g not in GUARD_NAMES]
         if unknown:
             raise ValueError(

@@ -13,6 +13,10 @@ from typing import Any
 
 from runs import metric_names as names
 
+# the smallest spike_sigma_window that ever scores: the score needs 20 values, this step's and
+# 19 before it (max(20, window // 2): training/probes/spikes.py, OLMo-core's rule)
+SCORE_FROM = 19
+
 
 @dataclass(frozen=True)
 class ProbeSpec:
@@ -177,11 +181,12 @@ class ProbeConfig:
             )
         if not self.spike_sigma > 0:
             raise ValueError(f"probes.spike_sigma must be > 0, got {self.spike_sigma}")
-        for name in ("spike_sigma_window", "spectral_iters"):
+        # a smaller window never holds enough values to score: it would count nothing, silently
+        for name, least in (("spike_sigma_window", SCORE_FROM), ("spectral_iters", 1)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < (3 if name == "spike_sigma_window" else 1):
-                least = 3 if name == "spike_sigma_window" else 1
-                raise ValueError(f"probes.{name} must be an integer >= {least}, got {value}")
+            if not isinstance(value, int) or value < least:
+                why = " (a score needs 19 values before its step)" if least == SCORE_FROM else ""
+                raise ValueError(f"probes.{name} must be an integer >= {least}{why}, got {value}")
 
     def interval(self, name: str) -> int:
         return self.every.get(name, PROBES[name].every)

@@ -17,7 +17,10 @@ def fmt(value: Any) -> str:
 
 
 def cell(text: Any) -> str:
-    return str(text).replace("|", "\\|")  # a pipe would end the table cell
+    """A verdict table's cell, literally: on one line, a pipe not ending it, no live link or
+    code span (a run's or an arm's name is the user's text)."""
+    flat = " ".join(str(text).split()).replace("|", "\\|")
+    return flat.replace("`", "\\`").replace("](", "\\](")
 
 
 def effects(found: dict[str, dict]) -> str:

@@ -1,0 +1,81 @@
+"""Reliability round 6, one test per defect: a publish into a file path or with mkdtemp's mode,
+markdown cells with a live link or a code span, settings recorded that do nothing (a guard named
+twice, a spike window that never scores), and a message naming the wrong key."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from analysis.report import write_report
+from experiments.verdicts import publish
+from runs.errors import ConfigError
+from tests.helpers import settings_run, sweep_out
+from training.run_config import typed_config
+
+
+def test_publish_into_a_file_path_is_refused_before_touching_anything(tmp_path) -> None:
+    out = sweep_out(tmp_path)
+    dest = tmp_path / "docs" / "f6"
+    publish(out, dest, "f6", ("lr_sensitivity.png",), "verdict")
+    before = sorted(p.name for p in dest.parent.iterdir())
+    verdict = (dest / "verdict.md").read_text()
+    with pytest.raises(SystemExit, match="takes a directory and .*verdict.md is a file"):
+        publish(out, dest / "verdict.md", "f6", ("lr_sensitivity.png",), "verdict")
+    assert (dest / "verdict.md").read_text() == verdict
+    assert sorted(p.name for p in dest.parent.iterdir()) == before  # no hidden .old left
+
+
+def test_a_first_publish_creates_its_dir_with_the_users_umask(tmp_path) -> None:
+    old = os.umask(0o022)
+    try:
+        dest = tmp_path / "docs" / "f6"
+        publish(sweep_out(tmp_path), dest, "f6", ("lr_sensitivity.png",), "verdict")
+    finally:
+        os.umask(old)
+    assert dest.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_run_named_with_a_link_and_backticks_renders_no_link_or_code_span(tmp_path) -> None:
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        settings_run(sweep, f"s{seed}\n| [l](javascript:alert(1)) `x`", seed, 2.0)
+    write_report(sweep, plots=False)
+    for name in ("report.md", "cards.md"):
+        text = (sweep / "report" / name).read_text()
+        assert not re.search(r"(?<!\\)\]\(javascript", text), name
+        assert not re.search(r"(?<!\\)`x(?<!\\)`", text), name
+        rows = [line for line in text.splitlines() if "javascript" in line]
+        assert rows and all(line.startswith("|") for line in rows)  # one row each, no break
+
+
+@pytest.mark.parametrize(
+    "override,line",
+    [
+        ("optim.guards=[skip_step,skip_step]", "optim.guards names skip_step twice"),
+        ("probes.spike_sigma_window=8", "probes.spike_sigma_window must be an integer >= 19"),
+        ("norm.alpha_attn=-1", "norm.alpha_attn must be > 0"),
+    ],
+)
+def test_a_setting_that_would_do_nothing_or_a_wrong_key_is_one_line(override, line, compose_cfg):
+    over = [override, *(["norm=dyt"] if "alpha_attn" in override else [])]
+    with pytest.raises((ConfigError, ValueError)) as err:
+        typed_config(compose_cfg(over))
+    assert line in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("window,scores", [(18, False), (19, True)])
+def test_the_least_spike_window_admitted_is_the_least_that_scores(window, scores) -> None:
+    """30 steps of noise, then a 100x loss: a window of 19 scores it (20 values: the step and
+    19 before it), one of 18 never holds enough to score (and is refused by the check)."""
+    from training.probe_config import SCORE_FROM
+    from training.probes.spikes import SpikeScore
+
+    score = SpikeScore(window=window)
+    for step in range(30):
+        score.score("loss", 1.0 + 0.01 * (step % 3), step)
+    score.score("loss", 100.0, 30)
+    assert (score.spikes["loss"] == [30]) is scores
+    assert (window >= SCORE_FROM) is scores
