@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from runs.errors import ConfigError
 from runs.runfiles import write_atomic
 from runs.settings import is_operational
 
@@ -87,27 +88,63 @@ def constant_overrides(jobs: Sequence[Sequence[str]]) -> dict[str, str]:
 
 
 def sweep_constants(sweep_dir: Path, first: Sequence[Sequence[str]], record: bool = False) -> dict:
-    """The constants a sweep dir's job names leave out: those it recorded; for a dir without
-    any run yet, those of ``first`` (the jobs of its first launch), written to the dir when
-    ``record``; for a dir that holds runs of a launch before these records, none (their names
-    stay whole, so they are found again)."""
+    """The constants a sweep dir's job names leave out: those it recorded; for a dir whose
+    record is gone, those its job dirs' own records give (``rebuilt_constants``); for a dir
+    without any run yet, those of ``first`` (the jobs of its first launch), written to the dir
+    when ``record``; for a dir that holds runs of a launch before these records, none (their
+    names stay whole, so they are found again)."""
     path = Path(sweep_dir) / CONSTANTS
     if path.is_file():
-        return json.loads(path.read_text())
-    older = Path(sweep_dir).is_dir() and any(
-        p.is_dir() and not p.name.startswith(".") for p in Path(sweep_dir).iterdir()
-    )
-    constants = {} if older else constant_overrides(first)
+        return read_constants(path)
+    where = Path(sweep_dir)
+    jobs = [p for p in where.iterdir() if p.is_dir() and not p.name.startswith(".")] if (
+        where.is_dir()) else []  # fmt: skip
+    constants = rebuilt_constants(jobs) if jobs else constant_overrides(first)
     if record:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(constants, indent=1))
     return constants
 
 
+def read_constants(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        found = err
+    if not isinstance(found, dict):
+        raise ConfigError(
+            f"{path} cannot be read ({found if isinstance(found, Exception) else 'not a mapping'});"
+            " delete it: the sweep rebuilds it from its job dirs' own records"
+        )
+    return found
+
+
+def rebuilt_constants(jobs: Sequence[Path]) -> dict:
+    """The constants a sweep's job dirs were named without, from their own records
+    (``.hydra/overrides.yaml``): the overrides every job gave alike that no dir name shows,
+    kept only when they name every dir as it is named (else none: whole names, an older
+    layout)."""
+    launched = {}
+    for job in jobs:
+        try:
+            overrides = OmegaConf.to_container(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+        except (OSError, ValueError, Exception):  # noqa: BLE001 - not a job of this layout
+            continue
+        if isinstance(overrides, list):
+            launched[job.name] = [str(o) for o in overrides]
+    if not launched:
+        return {}
+    candidates = constant_overrides(list(launched.values()))
+    constants = {k: item for k, item in candidates.items()
+                 if not any(path_safe(item) in name.split(",") for name in launched)}  # fmt: skip
+    names = {job_dir(o, None, constants) for o in launched.values()}
+    return constants if constants and names == set(launched) else {}
+
+
 def recorded_constants(sweep_dir: Any) -> dict:
     """The constants a sweep dir recorded (none where it recorded none)."""
     path = Path(str(sweep_dir)) / CONSTANTS if sweep_dir else None
-    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    return read_constants(path) if path is not None and path.is_file() else {}
 
 
 def grid(params: Any, overrides: Sequence[str]) -> list[list[str]]:

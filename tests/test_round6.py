@@ -79,3 +79,32 @@ def test_the_least_spike_window_admitted_is_the_least_that_scores(window, scores
     score.score("loss", 100.0, 30)
     assert (score.spikes["loss"] == [30]) is scores
     assert (window >= SCORE_FROM) is scores
+
+
+def test_a_lost_constants_record_is_rebuilt_and_a_garbled_one_is_one_line(tmp_path) -> None:
+    """.constants.json deleted: the rerun finds its finished jobs (their own records rebuild
+    it), reruns nothing and makes no new dir; garbled: one line naming the file."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, TINY_RUN
+
+    def sweep() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "train.py", "-m", *TINY_RUN, "logger=csv", "seed=0,1",
+             f"hydra.sweep.dir={tmp_path}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    assert sweep().returncode == 0
+    dirs = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    record = (tmp_path / ".constants.json").read_text()
+    (tmp_path / ".constants.json").unlink()
+    again = sweep()
+    assert again.returncode == 0 and "2 skipped" in again.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == dirs
+    assert (tmp_path / ".constants.json").read_text() == record
+    (tmp_path / ".constants.json").write_text("{garbled")
+    bad = sweep()
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
+    assert ".constants.json cannot be read" in bad.stderr and "Traceback" not in bad.stderr

@@ -29,6 +29,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from runs.errors import ConfigError
 from runs.jobs import grid, job_dir, sweep_constants
 from runs.record import BAD_OUTCOMES, Outcome
 from training.context import launched_as_rank_zero
@@ -47,7 +48,6 @@ def check_grid_once(config: DictConfig) -> None:
     from hydra import compose
     from omegaconf import open_dict
 
-    from runs.errors import ConfigError
     from training.arms import inapplicable
     from training.run_config import check_config
 
@@ -125,7 +125,10 @@ class SweepStatus(HydraCallback):
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = None if searching(config) else grid_or_none(config)  # a search draws as it goes
         # the overrides every job shares stay out of the job dir names (runs/jobs.py)
-        constants = sweep_constants(sweep_dir, jobs or [])
+        try:
+            constants = sweep_constants(sweep_dir, jobs or [])
+        except ConfigError as err:  # a garbled record: Hydra would swallow it as a warning
+            raise SystemExit(f"error: {err}") from None
         if jobs is not None:
             check_distinct_dirs(jobs, constants)
             check_grid_once(config)
