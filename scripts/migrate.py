@@ -187,6 +187,50 @@ def migrate_dir(run_dir: Path, dry: bool) -> list[str]:
     return changed
 
 
+def recognised(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is a normlab run dir: a summary.json with a run's status and what it
+    trained, a config record with a model and a placement, or an init probe's probe.json.
+    Anything else (another tool's files) is never touched."""
+
+    def read(name: str, load: Callable[[str], Any]) -> Any:
+        try:
+            return load((run_dir / name).read_text())
+        except (OSError, ValueError, yaml.YAMLError):
+            return None
+
+    summary = read(runfiles.SUMMARY, json.loads)
+    if (
+        isinstance(summary, dict)
+        and "status" in summary
+        and ({"model", "placement", "run_config"} & set(summary))
+    ):
+        return True
+    config = read(runfiles.CONFIG, yaml.safe_load)
+    if isinstance(config, dict) and {"model", "placement"} <= set(config):
+        return True
+    probe = read(runfiles.PROBE, json.loads)
+    records = probe.get("runs") if isinstance(probe, dict) else probe
+    if isinstance(probe, dict) and not isinstance(records, list):
+        records = [probe]
+    if isinstance(records, list) and any(isinstance(r, dict) and "placement" in r for r in records):
+        return True
+    return any(normlab_checkpoint(path) for path in run_dir.glob("*.ckpt"))
+
+
+def normlab_checkpoint(path: Path) -> bool:
+    """A Lightning checkpoint normlab's task wrote: its task state, or a model config."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - torch raises many types for cut or foreign files
+        return False
+    hp = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    return isinstance(ckpt, dict) and (
+        "normlab_task" in ckpt or (isinstance(hp, dict) and "model_config" in hp)
+    )
+
+
 def run_dirs(root: Path) -> list[Path]:
     """Every dir below ``root`` (itself included) that holds a run's files."""
     marks = (runfiles.SUMMARY, runfiles.CONFIG, runfiles.PROBE, "*.ckpt")
@@ -203,27 +247,43 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
         parser.error(f"no such directory: {missing[0]}")
-    total = 0
+    total, code = 0, 0
     for run_dir in (d for root in args.dirs for d in run_dirs(root)):
-        if args.dry_run:
-            changed = migrate_dir(run_dir, dry=True)
-        else:
-            lock = RunDirLock(run_dir)
-            try:
-                lock.acquire()
-            except Refused as err:
-                print(f"skip {run_dir}: {err}")
-                continue
-            try:
-                changed = migrate_dir(run_dir, dry=False)
-            finally:
-                lock.release()
+        if not recognised(run_dir):
+            print(f"skip {run_dir}: not a normlab run dir (no run record of normlab's); left alone")
+            continue
+        try:
+            changed = migrate_one(run_dir, args.dry_run)
+        except (OSError, ValueError, yaml.YAMLError) as err:
+            why = getattr(err, "strerror", None) or str(err).splitlines()[0]
+            print(f"error: {run_dir}: {why}; fix or restore the file (or its permissions) and "
+                  "run migrate again", file=sys.stderr)  # fmt: skip
+            code = 1
+            continue
+        if changed is None:
+            continue
         if changed:
             total += 1
             print(f"{run_dir}: {', '.join(changed)}")
     verb = "would change" if args.dry_run else "changed"
     print(f"{total} run dir{'s' * (total != 1)} {verb}")
-    return 0
+    return code
+
+
+def migrate_one(run_dir: Path, dry: bool) -> list[str] | None:
+    """One run dir migrated under its lock (None: another process holds it, skipped)."""
+    if dry:
+        return migrate_dir(run_dir, dry=True)
+    lock = RunDirLock(run_dir)
+    try:
+        lock.acquire()
+    except Refused as err:
+        print(f"skip {run_dir}: {err}")
+        return None
+    try:
+        return migrate_dir(run_dir, dry=False)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

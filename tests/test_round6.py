@@ -4,6 +4,7 @@ twice, a spike window that never scores), and a message naming the wrong key."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -108,3 +109,27 @@ def test_a_lost_constants_record_is_rebuilt_and_a_garbled_one_is_one_line(tmp_pa
     bad = sweep()
     assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
     assert ".constants.json cannot be read" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_migrate_leaves_a_foreign_dir_alone_and_a_bad_file_is_one_line(tmp_path, capsys) -> None:
+    """Another tool's dir (a probe.json of its own, a torch file named .ckpt) is not rewritten,
+    locked or given digests; a cut summary.json in a normlab run dir is one line, exit 1."""
+    import torch
+
+    from scripts import migrate
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "probe.json").write_text(json.dumps([{"x": 1}]))
+    torch.save({"weights": torch.zeros(2, 3)}, foreign / "model.ckpt")
+    before = {p.name: p.read_bytes() for p in foreign.iterdir()}
+    assert migrate.main([str(foreign)]) == 0
+    assert {p.name: p.read_bytes() for p in foreign.iterdir()} == before  # no .lock, no .sha256
+    assert "not a normlab run dir" in capsys.readouterr().out
+    cut = tmp_path / "cut"
+    settings_run(cut, "run", 0, 2.0)
+    summary = cut / "run" / "summary.json"
+    summary.write_text(summary.read_text()[:40])  # a run dir still, by its config record
+    assert migrate.main([str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
