@@ -129,7 +129,19 @@ def recompute_all(paths: list[Path]) -> int:
             console.print(f"error: {path} holds no verdict table to recompute", markup=False)
             code = 1
             continue
-        again = recompute(record)
+        if record.get("finding") not in FINDINGS:
+            console.print(f"error: {path}: finding {record.get('finding')!r} is not in the "
+                          f"registry; choose from {', '.join(FINDINGS)}", markup=False)  # fmt: skip
+            code = 1
+            continue
+        try:
+            again = recompute(record)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            console.print(f"error: {path}: its table cannot be read ({type(err).__name__}: "
+                          f"{err}); restore verdict.json from its published copy",
+                          markup=False)  # fmt: skip
+            code = 1
+            continue
         pairs = list(zip(again, record["claims"], strict=False))
         # a claim declared anew since (its hash moved) is decided by other rules now, so its
         # file cannot be checked against them

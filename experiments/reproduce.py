@@ -189,10 +189,14 @@ def bad_overrides(err: Exception) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.recompute:
-        return registry.recompute_all(args.recompute)
-    if args.freeze is not None:
-        return registry.freeze(args.freeze)
+    try:
+        if args.recompute:
+            return registry.recompute_all(args.recompute)
+        if args.freeze is not None:
+            return registry.freeze(args.freeze)
+    except ConfigError as err:  # a cut frozen.json: one line
+        console.print(f"error: {err}", markup=False)
+        return 1
     if args.finding == "all":
         return reproduce_all(args)
     try:

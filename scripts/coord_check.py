@@ -261,8 +261,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     sizes = args.widths if args.axis == "width" else args.depths
-    if len(sizes) < 2 or min(sizes) <= 0 or args.steps < 1 or args.seeds < 1:
-        print(f"error: give two or more positive --{args.axis}s, --steps >= 1 and --seeds >= 1")
+    if len(sizes) < 2 or min(sizes) <= 0 or min(args.steps, args.seeds, args.batch_size) < 1:
+        print(
+            f"error: give two or more positive --{args.axis}s, --steps >= 1, --seeds >= 1 and "
+            "--batch-size >= 1"
+        )
+        return 2
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out} is a file; name a directory for coord.csv and coord.png")
         return 2
     params = args.params or (["sp", "mup"] if args.axis == "width" else ["sp", "completep"])
     setup = Setup(

@@ -25,6 +25,7 @@ from analysis import power
 from analysis.findings import FINDINGS, decide_finding
 from analysis.findings.settings import read_reproduce
 from experiments.sweep import compose
+from runs.errors import ConfigError
 
 
 def pilot_table(name: str, finding, folder: Path) -> dict | None:
@@ -32,7 +33,12 @@ def pilot_table(name: str, finding, folder: Path) -> dict | None:
     a claim reads, the curves' first train losses included), else one built from the report."""
     verdict_path, report_path = folder / "verdict.json", folder / "report" / "report.json"
     if verdict_path.is_file():
-        verdict = json.loads(verdict_path.read_text())
+        try:
+            verdict = json.loads(verdict_path.read_text())
+        except ValueError as err:
+            raise ConfigError(f"{verdict_path} is not JSON ({err}); restore it") from None
+        if not isinstance(verdict, dict):
+            raise ConfigError(f"{verdict_path} holds no verdict record; restore it")
         if verdict.get("finding") == name and "table" in verdict:
             return verdict["table"]
     if not report_path.is_file():
@@ -59,8 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.plan_seeds", description=__doc__)
     p.add_argument("--pilots", type=Path, default=Path("docs/findings"))
     args = p.parse_args(argv)
+    if not args.pilots.is_dir():
+        print(f"error: --pilots {args.pilots} is not a directory; pass the published findings "
+              "(docs/findings) or a dir of pilot sweeps", file=sys.stderr)  # fmt: skip
+        return 1
+    try:
+        plan = seed_plan(args.pilots)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print("| finding | claim | seeds per arm | why |\n|---|---|---|---|")
-    for name, cid, n, why in seed_plan(args.pilots):
+    for name, cid, n, why in plan:
         print(f"| {name} | {cid} | {n} | {why.replace('|', '/')} |")
     return 0
 

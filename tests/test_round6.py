@@ -133,3 +133,42 @@ def test_migrate_leaves_a_foreign_dir_alone_and_a_bad_file_is_one_line(tmp_path,
     assert migrate.main([str(cut)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_cut_or_foreign_input_to_the_findings_commands_is_one_line(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """--recompute on an unknown finding or a malformed table, --recompute and --freeze on a
+    cut frozen.json, plan_seeds on a cut or list-shaped verdict or a missing --pilots dir,
+    coord_check on --batch-size 0 or an --out that is a file: each one line, exit non-zero."""
+    import analysis.findings as findings
+    from experiments import registry, reproduce
+    from scripts import coord_check, plan_seeds
+
+    def one_line(code: int) -> None:
+        captured = capsys.readouterr()
+        said = (captured.out + captured.err).strip()
+        assert code != 0 and said.startswith("error: ") and "Traceback" not in said, said
+
+    records = {"f99": {"finding": "f99", "claims": [], "table": {"rows": []}},
+               "f5": {"finding": "f5", "claims": [], "table": {"rows": [{}]}}}  # fmt: skip
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "verdict.json").write_text(json.dumps(record))
+        one_line(reproduce.main(["--recompute", str(tmp_path / name)]))
+    cut = tmp_path / "frozen.json"
+    cut.write_text('{"registry": "ab')
+    monkeypatch.setattr(findings, "FROZEN", cut)
+    monkeypatch.setattr(registry, "FROZEN", cut)
+    one_line(reproduce.main(["--recompute", str(tmp_path / "f5")]))
+    one_line(reproduce.main(["--freeze", "f8"]))
+    assert cut.read_text() == '{"registry": "ab'  # never overwritten
+    pilots = tmp_path / "pilots"
+    (pilots / "f2").mkdir(parents=True)
+    for text in ("{cut", "[1, 2]"):
+        (pilots / "f2" / "verdict.json").write_text(text)
+        one_line(plan_seeds.main(["--pilots", str(pilots)]))
+    one_line(plan_seeds.main(["--pilots", str(tmp_path / "missing")]))
+    one_line(coord_check.main(["--batch-size", "0"]))
+    (tmp_path / "afile").write_text("")
+    one_line(coord_check.main(["--out", str(tmp_path / "afile")]))

@@ -24,6 +24,7 @@ from analysis.findings.measures import CURVE_MEASURES, PROBE_MEASURES, table
 from analysis.findings.registry import ALIASES, FINDINGS
 from analysis.findings.select import NoData
 from analysis.findings.settings import ReproduceConfig
+from runs.errors import ConfigError
 
 FROZEN = Path(__file__).with_name("frozen.json")  # written by the freeze (docs/reproducing.md)
 
@@ -47,8 +48,17 @@ __all__ = [
 
 
 def frozen() -> Frozen | None:
-    """The freeze's record, or None before the registry is frozen."""
-    return Frozen(**json.loads(FROZEN.read_text())) if FROZEN.is_file() else None
+    """The freeze's record, or None before the registry is frozen; a file that cannot be read
+    as one is a ConfigError (one line: restore it)."""
+    if not FROZEN.is_file():
+        return None
+    try:
+        return Frozen(**json.loads(FROZEN.read_text()))
+    except (OSError, ValueError, TypeError) as err:
+        raise ConfigError(
+            f"{FROZEN} cannot be read as a freeze ({type(err).__name__}: {err}); restore it "
+            f"(git checkout -- {FROZEN.name} in its dir) before deciding or freezing"
+        ) from None
 
 
 def wanted(finding: Finding) -> set[str]:
