@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from analysis.findings import ALIASES, FINDINGS, FROZEN, frozen, hash_now, recompute
 from analysis.findings.declare import Frozen, claim_hash
-from experiments.sweep import ROOT, console
+from experiments.sweep import ROOT, compose, console, split_overrides
 from experiments.verdicts import read_verdict
 
 
@@ -53,8 +54,14 @@ def freeze(only: list[str] | None = None) -> int:
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT, check=False)  # fmt: skip
     step = 1000 if changed else 0  # the next freeze's seeds lie past every one handed out
+    configs = {e: h for e, h in before.configs.items()}
+    for finding in FINDINGS.values():  # the frozen findings' experiments, as they are now
+        if any(c.id in claims for c in finding.claims) and (
+            finding.experiment not in configs or any(c.id in changed for c in finding.claims)
+        ):
+            configs[finding.experiment] = config_hash(finding.experiment)
     record = Frozen(frozen_registry(claims), claims, first + step,
-                    datetime.date.today().isoformat(), git.stdout.strip())  # fmt: skip
+                    datetime.date.today().isoformat(), git.stdout.strip(), configs)  # fmt: skip
     FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
     seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
     console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
@@ -63,6 +70,49 @@ def freeze(only: list[str] | None = None) -> int:
 
 
 PUBLISHED = ROOT / "docs" / "findings"
+
+
+def deciding_config(experiment: str, overrides: list[str] | tuple = ()) -> dict[str, Any]:
+    """What an experiment's runs are, flat: its resolved config (steps, sizes, data, the
+    reproduce node) without the operational keys, and its grid (the sweeper's params, with the
+    command line's sweep overrides)."""
+    from omegaconf import OmegaConf
+
+    from runs.runfiles import flatten
+    from runs.settings import is_operational
+
+    node = OmegaConf.to_container(compose(experiment, list(overrides)), resolve=False)
+    grid = dict((node.pop("hydra", {}).get("sweeper") or {}).get("params") or {})
+    grid |= dict(o.split("=", 1) for o in split_overrides(list(overrides))[1])
+    flat = {k: v for k, v in flatten(node).items() if k != "run_dir" and not is_operational(k)}
+    return flat | {f"grid.{k}": str(v) for k, v in grid.items()}
+
+
+def config_hash(experiment: str, overrides: list[str] | tuple = ()) -> str:
+    import hashlib
+
+    text = json.dumps(deciding_config(experiment, overrides), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def unfrozen_runs(finding_name: str, experiment: str, overrides: list[str]) -> str | None:
+    """Why a reproduce's runs are not those its freeze covers (its verdicts exploratory), or
+    None: the overrides change the experiment's resolved config, or its yaml changed since the
+    freeze, or it is another size than the frozen one."""
+    record = frozen()
+    finding = FINDINGS[ALIASES.get(finding_name, finding_name)]
+    if record is None or not any(c.id in record.claims for c in finding.claims):
+        return None
+    now = config_hash(experiment, overrides)
+    if now != config_hash(experiment):
+        shown = " ".join(o for o in overrides if "=" in o)
+        return f"the command's overrides ({shown}) change what the frozen experiment runs"
+    frozen_hash = record.configs.get(finding.experiment)
+    if experiment != finding.experiment:
+        return f"experiment={experiment} is not the frozen size ({finding.experiment})"
+    if frozen_hash is not None and frozen_hash != now:
+        return f"conf/experiment/{experiment}.yaml changed since the freeze (freeze it again)"
+    return None
 
 
 def past_published_seeds(folder: Path | None = None) -> int:

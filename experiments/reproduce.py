@@ -114,6 +114,7 @@ class Sweep:
     cfg: Any
     launches: list[tuple[list[str], list[list[str]]]]  # (overrides, jobs) per launch
     command: str
+    exploratory: str | None = None  # why its runs are not those the freeze covers
 
     @property
     def jobs(self) -> list[list[str]]:
@@ -138,12 +139,15 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
     out = (args.out or SWEEPS / experiment).resolve()
     cfg = compose(experiment, args.overrides)
     grid = 1 + len(read_reproduce(cfg).widen)  # the launches that choose rates: the grid, widened
-    found = fresh(finding, launch_overrides(cfg, args.overrides), grid)
+    why = registry.unfrozen_runs(name, experiment, args.overrides)
+    found = launch_overrides(cfg, args.overrides)
+    # the freeze's fresh seeds for the runs it covers; other runs run what the command says
+    found = found if why else fresh(finding, found, grid)
     launches = [(o, planned_jobs(cfg, o)) for o in found]
     command = " ".join(
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
     )
-    return Sweep(name, finding, experiment, out, cfg, launches, command)
+    return Sweep(name, finding, experiment, out, cfg, launches, command, why)
 
 
 def fresh(finding: Finding, launches: list[list[str]], grid: int) -> list[list[str]]:
@@ -304,7 +308,11 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         xy_figure(out, figure.x, list(figure.ys), name=figure.name)
     for draw in sweep.finding.draws:
         draw(out)
-    table, verdicts = decide_finding(name, report, read_reproduce(sweep.cfg))
+    table, verdicts = decide_finding(
+        name, report, read_reproduce(sweep.cfg), confirmable=sweep.exploratory is None
+    )
+    if sweep.exploratory:
+        console.print(f"exploratory: {sweep.exploratory}", markup=False)
     runs = [r for v in report["variants"] for r in v["runs"]]
     statuses = sorted({r["status"] for r in runs})
     record = {
@@ -324,6 +332,7 @@ def judge(sweep: Sweep, args: argparse.Namespace, code: int, clock: Clock, timin
         "registry": hash_now(),
         "claims": verdicts,
         "table": table,
+        **({"exploratory": sweep.exploratory} if sweep.exploratory else {}),
     }
     write_verdicts(out, record)
     show(verdicts)

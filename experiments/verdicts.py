@@ -48,6 +48,11 @@ def verdict_markdown(record: dict) -> str:
         f"Time: {record['wall_s'] / 60:.1f} min wall{over(record)} on {record['cpus']} CPUs at "
         f"load average {record['load_start']:.1f} -> {record['load_end']:.1f}; "
         f"{record['cpu_s'] / 60:.1f} CPU-min in all.  ",
+        *(
+            [f"**Exploratory**: {record['exploratory']}; no verdict here is confirmatory.  "]
+            if record.get("exploratory")
+            else []
+        ),  # fmt: skip
         f"Registry {record['registry']}. Verdicts (counted claims): {counts(claims, 'status')}; "
         f"Holm-adjusted within the finding: {counts(claims, 'holm_status')}. Report and plots: "
         "[report/report.md](report/report.md).",

@@ -68,6 +68,35 @@ def sweep_out(tmp_path: Path, finding: str = "f6") -> Path:
     return out
 
 
+F2_SMALL = [
+    "optim.lr=1e-3",
+    "seed=0,1",
+]  # F2's sweep at one rate: placement x warmup x seed, 8 jobs
+
+
+def f2_runs(out: Path, overrides: list[str], failed: set[tuple[str, int]] = frozenset()) -> None:
+    """The job dirs of F2's sweep under ``overrides`` as train.py leaves them; (placement,
+    warmup) in ``failed``: every seed failed on a config error."""
+    from experiments import sweep as reproduce_sweep
+
+    cfg = reproduce_sweep.compose("f2_warmup", overrides)
+    jobs = reproduce_sweep.planned_jobs(cfg, overrides)
+    for job, name in zip(jobs, reproduce_sweep.job_dirs(cfg, jobs), strict=True):
+        o = dict(item.split("=", 1) for item in job)
+        placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
+        run = out / name
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra/config.yaml").write_text(
+            f"seed: {seed}\nplacement: {{name: {placement}}}\n"
+            f"optim: {{lr: 1.0e-3, warmup_steps: {warmup}}}\n"
+        )
+        if (placement, warmup) in failed:
+            summary = {"status": "failed", "error": "ValueError: a config error"}
+        else:
+            summary = {"status": "completed", "best_val_loss": 2.5 + 0.5 * (placement == "post")}
+        (run / "summary.json").write_text(json.dumps(summary))
+
+
 def metric_rows(path: Path, skip_prefix: str = "throughput/") -> dict[tuple[int, str], str]:
     """(step, metric) -> the value as written; fails on a duplicate. Throughput is wall clock."""
     out: dict[tuple[int, str], str] = {}

@@ -386,11 +386,14 @@ def test_the_wandb_sync_line_never_takes_the_reports_own_run(tmp_path: Path) -> 
 
 
 def test_no_wandb_group_is_named_for_runs_that_never_logged_to_wandb(tmp_path, capsys) -> None:
-    from tests.test_analysis_lr_sweep import write_sweep
+    from tests.helpers import settings_run
 
-    root = write_sweep(tmp_path / "sweep")  # metrics.csv runs, no wandb dir
+    root = tmp_path / "sweep"
+    for seed in (0, 1):  # runs with no wandb dir, in no group
+        settings_run(root, f"seed={seed}", seed, 2.0)
     assert compare.main([str(root), "--no-wandb", "--no-plots"]) == 0
     assert "wandb group to open" not in capsys.readouterr().out
+    assert "in no wandb group" in (root / "report" / "report.md").read_text()
 
 
 def test_figures_are_drawn_again_only_when_what_they_draw_from_changed(

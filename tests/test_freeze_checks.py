@@ -16,6 +16,7 @@ from analysis.findings import FINDINGS
 from analysis.findings.declare import claim_hash
 from experiments import registry, reproduce
 from tests.conftest import ROOT
+from tests.helpers import f2_runs
 
 PUBLISHED = ROOT / "docs" / "findings"
 
@@ -92,3 +93,36 @@ def test_a_freeze_without_frozen_json_never_reissues_a_published_verdicts_seeds(
     assert json.loads(frozen_file.read_text())["claims"]["F8a"]["hash"] == claim_hash(
         FINDINGS["f8"].claims[0]
     )
+
+
+def test_overrides_that_change_the_frozen_experiment_make_it_exploratory(
+    frozen_file, tmp_path, monkeypatch, capsys
+) -> None:
+    """F2 frozen; `reproduce f2 optim.lr=1e-3 seed=0,1` runs what the command says (seeds 0
+    and 1, not the fresh ones), records it as run, and decides nothing as confirmatory."""
+    monkeypatch.setattr(registry, "PUBLISHED", tmp_path / "none")
+    assert reproduce.main(["--freeze", "f2"]) == 0
+    experiment = FINDINGS["f2"].experiment
+    assert json.loads(frozen_file.read_text())["configs"][experiment] == registry.config_hash(
+        experiment
+    )
+    assert registry.unfrozen_runs("f2", experiment, []) is None
+    assert registry.unfrozen_runs("f2", experiment, ["num_threads=1"]) is None  # operational
+    small = ["optim.lr=1e-3", "seed=0,1"]
+    why = registry.unfrozen_runs("f2", experiment, small)
+    assert why == "the command's overrides (optim.lr=1e-3 seed=0,1) change what the frozen "\
+        "experiment runs"  # fmt: skip
+    out = tmp_path / "f2"
+    f2_runs(out, small)
+    monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
+    assert reproduce.main(["f2", "--out", str(out), *small]) == 0
+    record = json.loads((out / "verdict.json").read_text())
+    assert record["exploratory"] == why and {c["mode"] for c in record["claims"]} == {
+        "exploratory"}  # fmt: skip
+    assert {r["seed"] for r in record["table"]["rows"]} == {0, 1}
+    assert "**Exploratory**: the command's overrides" in (out / "verdict.md").read_text()
+    assert reproduce.main(["--recompute", str(out)]) == 0  # decided again as it was recorded
+    record = json.loads(frozen_file.read_text())
+    record["configs"][experiment] = "0" * 16  # as if the yaml had changed since
+    frozen_file.write_text(json.dumps(record))
+    assert "changed since the freeze" in registry.unfrozen_runs("f2", experiment, [])

@@ -18,8 +18,7 @@ from analysis.report import write_report
 from analysis.runs import load_runs
 from analysis.variants import group_variants
 from experiments import reproduce
-from tests.helpers import settings_run
-from tests.test_reproduce import F2_SMALL, f2_sweep
+from tests.helpers import F2_SMALL, f2_runs, settings_run
 
 
 # --- which runs a variant pools ------------------------------------------------------------------
@@ -86,7 +85,7 @@ def test_a_completed_run_without_validation_is_no_data_never_a_divergence(tmp_pa
     """F2's Pre-LN with warmup completed both seeds with validation off: no loss to pair, so F2b
     is NO DATA (never a PASS or FAIL on a missing value), and neither run counts as diverged."""
     out = tmp_path / "f2"
-    f2_sweep(out, failed=set())
+    f2_runs(out, F2_SMALL, set())
     for run in out.glob("*optim.warmup_steps=100,placement=pre,*"):
         (run / "summary.json").write_text(json.dumps({"status": "completed"}))
     monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
@@ -143,7 +142,7 @@ def test_the_sweep_dir_reaches_hydra_as_one_value(path: str) -> None:
 
 def test_reproduce_takes_its_own_sweep_with_the_values_in_another_order(tmp_path, monkeypatch):
     out = tmp_path / "f2"
-    f2_sweep(out, failed=set())
+    f2_runs(out, F2_SMALL, set())
     monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
     assert reproduce.main(["f2", "--out", str(out), "optim.lr=1e-3", "seed=0,1"]) == 0
     assert reproduce.main(["f2", "--out", str(out), "seed=1,0", "optim.lr=1e-3"]) == 0
@@ -153,7 +152,7 @@ def test_reproduce_on_a_busy_sweep_dir_names_the_holder(tmp_path, monkeypatch, c
     from runs.dirlock import RunDirLock
 
     out = tmp_path / "f2"
-    f2_sweep(out, failed={("pre", 100)})
+    f2_runs(out, F2_SMALL, {("pre", 100)})
     lock = RunDirLock(out, "sweep dir")
     lock.acquire()
     monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))

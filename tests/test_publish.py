@@ -112,10 +112,10 @@ def test_a_verdict_record_is_written_whole_and_a_cut_one_is_one_line(tmp_path, m
 
 
 def test_reproduce_on_a_sweep_dir_with_a_cut_verdict_is_one_line(tmp_path, monkeypatch) -> None:
-    from tests.test_reproduce import F2_SMALL, f2_sweep
+    from tests.helpers import F2_SMALL, f2_runs
 
     out = tmp_path / "f2"
-    f2_sweep(out, failed=set())
+    f2_runs(out, F2_SMALL, set())
     monkeypatch.setattr(reproduce, "run_sweep", lambda *a: pytest.fail("launched"))
     (out / "verdict.json").write_text('{"finding": "f2", "wall')
     with pytest.raises(SystemExit, match="cannot be read"):

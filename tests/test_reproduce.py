@@ -15,7 +15,7 @@ from experiments import registry, reproduce
 from experiments import sweep as reproduce_sweep
 from models.placement import PLACEMENTS
 from runs.errors import ConfigError
-from tests.helpers import fake_run
+from tests.helpers import F2_SMALL, f2_runs, fake_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -158,7 +158,6 @@ def test_cpu_sizes_fit_two_cores() -> None:
 
 
 # --- exit status and verdicts from a hand-built sweep dir -----------------------------------------
-F2_SMALL = ["optim.lr=1e-3", "seed=0,1"]  # placement x warmup x seed: 8 jobs
 
 
 def job_values(job: list[str]) -> dict[str, str]:
@@ -169,23 +168,7 @@ def job_values(job: list[str]) -> dict[str, str]:
 def f2_sweep(out: Path, failed: set[tuple[str, int]]) -> None:
     """The 8 job dirs of F2_SMALL as train.py leaves them; (placement, warmup) in ``failed``:
     both seeds failed on a config error."""
-    cfg = reproduce_sweep.compose("f2_warmup", F2_SMALL)
-    jobs = reproduce_sweep.planned_jobs(cfg, F2_SMALL)
-    for job, name in zip(jobs, reproduce_sweep.job_dirs(cfg, jobs), strict=True):
-        o = job_values(job)
-        placement, warmup, seed = o["placement"], int(o["optim.warmup_steps"]), int(o["seed"])
-        assert f"placement={placement}" in name and f"optim.warmup_steps={warmup}" in name
-        run = out / name
-        (run / ".hydra").mkdir(parents=True)
-        (run / ".hydra/config.yaml").write_text(
-            f"seed: {seed}\nplacement: {{name: {placement}}}\n"
-            f"optim: {{lr: 1.0e-3, warmup_steps: {warmup}}}\n"
-        )
-        if (placement, warmup) in failed:
-            summary = {"status": "failed", "error": "ValueError: a config error"}
-        else:
-            summary = {"status": "completed", "best_val_loss": 2.5 + 0.5 * (placement == "post")}
-        (run / "summary.json").write_text(json.dumps(summary))
+    f2_runs(out, F2_SMALL, failed)
 
 
 @pytest.mark.parametrize("sweep_code", [1, 0])

@@ -107,18 +107,21 @@ def read_table(
 
 
 def decide_finding(
-    name: str, report: dict, reproduce: ReproduceConfig | None = None
+    name: str, report: dict, reproduce: ReproduceConfig | None = None, confirmable: bool = True
 ) -> tuple[dict, list[dict]]:
-    """The finding's per-run table read from ``report`` and every claim decided on it."""
+    """The finding's per-run table read from ``report`` and every claim decided on it;
+    ``confirmable`` False (the runs are not what the freeze covers): every verdict exploratory."""
     reproduce = reproduce or ReproduceConfig()
     runs = read_table(name, report, reproduce)
-    return runs, judge_finding(FINDINGS[ALIASES.get(name, name)], runs, frozen())
+    held = frozen() if confirmable else None
+    return runs, judge_finding(FINDINGS[ALIASES.get(name, name)], runs, held)
 
 
 def recompute(record: dict) -> list[dict]:
     """A published verdict.json's verdicts, decided again from its own table alone."""
     finding = FINDINGS[record["finding"]]
-    return judge_finding(finding, record["table"], frozen())
+    held = None if record.get("exploratory") else frozen()  # its runs were not the frozen ones
+    return judge_finding(finding, record["table"], held)
 
 
 def hash_now() -> str:

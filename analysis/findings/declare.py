@@ -211,6 +211,9 @@ class Frozen:
     next_seed: int = 1000
     date: str = ""
     commit: str = ""
+    # experiment -> the hash of its resolved config at the freeze (experiments/registry.py:
+    # config_hash): steps, sizes, data and grid are frozen with the claims
+    configs: dict[str, str] = field(default_factory=dict)
 
     def first_seed(self, claim_id: str) -> int | None:
         entry = self.claims.get(claim_id)
