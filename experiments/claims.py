@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 from analysis import claims as user
 from analysis.findings.declare import Claim, Frozen, claim_hash, declaration
 from analysis.findings.select import key_values, label, matching, resolve, stable_best
+from runs import runfiles
 from runs.errors import ConfigError
 from runs.runfiles import write_atomic
 
@@ -120,9 +121,8 @@ def applied(run_dir: Path) -> list[str]:
     """The overrides a run applied: its ``.hydra/overrides.yaml`` less the seed, the lr and the
     keys its job left out (an arm's key of another arm: absent from, or other in, its
     config)."""
-    hydra = run_dir / ".hydra"
-    overrides = yaml.safe_load((hydra / "overrides.yaml").read_text()) or []
-    config = OmegaConf.load(hydra / "config.yaml")
+    overrides = yaml.safe_load((run_dir / runfiles.OVERRIDES).read_text()) or []
+    config = OmegaConf.load(run_dir / runfiles.CONFIG)
     out = []
     for item in map(str, overrides):
         key, _, value = item.lstrip("+~").partition("=")

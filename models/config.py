@@ -85,13 +85,11 @@ class NormConfig:
     def check(self, dim: int) -> None:
         """Refuse a name or options this norm would refuse over ``dim`` features (torch-free)."""
         get_norm(self.name).check_options(dim, **self.options())
-        if self.alpha_attn is not None:
-            try:
-                get_norm(self.name).check_options(
-                    dim, **{**self.options(), "alpha": self.alpha_attn}
-                )
-            except ValueError as err:  # its message names norm.alpha: this value is alpha_attn's
-                raise ValueError(str(err).replace("norm.alpha ", "norm.alpha_attn ", 1)) from None
+        attn = self.alpha if self.alpha_attn is None else self.alpha_attn
+        try:  # alpha_attn as the attention input's alpha; its message names alpha_attn
+            get_norm(self.name).check_options(dim, **{**self.options(), "alpha": attn})
+        except ValueError as err:
+            raise ValueError(str(err).replace("norm.alpha ", "norm.alpha_attn ", 1)) from None
 
     def options(self) -> dict[str, Any]:
         """Every option field; each norm takes the ones its NormSpec.options names (a new

@@ -113,8 +113,15 @@ class Placement:
 
     def check(self, model_cfg: object) -> None:
         """Refuse the model options this placement cannot honour, naming the fix."""
+        alpha_attn = getattr(getattr(model_cfg, "norm", None), "alpha_attn", None)
+        if alpha_attn is not None and self.layers is None and self.pre == "none":
+            raise ValueError(
+                f"norm.alpha_attn sets the norm in front of the attention, and placement="
+                f"{self.name} has none there: drop norm.alpha_attn, or use a placement with one "
+                "(pre, sandwich, ...)"
+            )
         for field, value, fix in self.refuses:
-            if getattr(model_cfg, field) == value:
+            if getattr(model_cfg, field, None) == value:  # a field the model has (emb_gain: GPT)
                 shown = str(value).lower() if isinstance(value, bool) else value
                 raise ValueError(
                     f"model.{field}={shown} does not combine with placement={self.name}: {fix}"
@@ -196,6 +203,12 @@ PLACEMENTS: dict[str, Placement] = {
                     "init",
                     "ds",
                     "its weights are normalized, so a scaled init is lost; use model.init=xavier",
+                ),
+                (
+                    "emb_gain",
+                    True,
+                    "its embeddings are normalized, so a gain on them is lost; set "
+                    "model.emb_gain=false",
                 ),
             ),
             paper="Loshchilov 2024",

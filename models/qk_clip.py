@@ -28,6 +28,18 @@ def head_max_logits(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return attention_scores(attn, x).amax(dim=(0, 2, 3))
 
 
+def global_max(tops: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Each layer's per-head max over every rank of the process group (itself, without one)."""
+    import torch.distributed as dist
+
+    if not tops or not (dist.is_available() and dist.is_initialized()):
+        return dict(tops)
+    keys = sorted(tops)
+    stacked = torch.stack([tops[k] for k in keys])  # (layers, n_head)
+    dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
+    return dict(zip(keys, stacked, strict=True))
+
+
 class QKClip:
     """Records each Attention's per-head max logit in training forwards; ``clip()`` rescales."""
 
@@ -42,18 +54,24 @@ class QKClip:
         def record(attn: nn.Module, args: tuple) -> None:
             if attn.training and torch.is_grad_enabled():
                 with torch.no_grad():
-                    self.last[i] = head_max_logits(attn, args[0])
+                    top = head_max_logits(attn, args[0])
+                    # every micro-batch of the step (gradient accumulation): their max
+                    self.last[i] = torch.maximum(self.last[i], top) if i in self.last else top
 
         return record
 
     @torch.no_grad()
     def clip(self) -> int:
-        """Rescale the heads over tau in the last training forward; how many were."""
+        """Rescale the heads over tau in the step's training forwards (every micro-batch, every
+        rank: under DDP each S_h is the max over the global batch, so every rank edits its
+        weights alike); how many heads were."""
+        tops = global_max(self.last)
+        self.last = {}
         n = 0
         for i, attn in enumerate(self.attentions):
-            if i not in self.last:
+            if i not in tops:
                 continue
-            top = self.last.pop(i)
+            top = tops[i]
             # only heads over tau (a head whose every logit is negative must not get tau / S < 0)
             eta = torch.where(top > self.tau, self.tau / top, torch.ones_like(top))
             if bool((eta < 1.0).any()):

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from runs import runfiles
 from runs.errors import ConfigError
 from runs.runfiles import write_atomic
 from runs.settings import is_operational
@@ -127,7 +128,7 @@ def rebuilt_constants(jobs: Sequence[Path]) -> dict:
     launched = {}
     for job in jobs:
         try:
-            overrides = OmegaConf.to_container(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+            overrides = OmegaConf.to_container(OmegaConf.load(job / runfiles.OVERRIDES))
         except (OSError, ValueError, Exception):  # noqa: BLE001 - not a job of this layout
             continue
         if isinstance(overrides, list):

@@ -29,6 +29,7 @@ VOCAB = "vocab.json"
 HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
 HYDRA_META = f"{HYDRA_DIR}/hydra.yaml"
+OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"  # the job's command-line and sweep overrides
 
 # Files of an attempt that a fresh start moves aside (training/attempt.py).
 ATTEMPT_FILES = ("*.ckpt", "*.ckpt.tmp", "*.ckpt.sha256", METRICS, SUMMARY, PROBE)

@@ -161,3 +161,19 @@ def interrupted_and_uninterrupted(
     for key in ("final_train_loss", "final_val_loss", "best_val_loss", "steps"):
         assert resumed[key] == reference[key], key
     return resumed, reference
+
+
+class DumpRankWeights:
+    """A Lightning callback (``+callbacks.dump._target_=tests.helpers.DumpRankWeights``) that
+    saves each rank's weights at the end of its fit, as ``<out>/rank<r>.pt``."""
+
+    def __new__(cls, out: str):
+        import torch
+        from lightning.pytorch.callbacks import Callback
+
+        class Dump(Callback):
+            def on_fit_end(self, trainer, pl_module) -> None:
+                state = {k: v.detach().cpu().clone() for k, v in pl_module.state_dict().items()}
+                torch.save(state, Path(out) / f"rank{trainer.global_rank}.pt")
+
+        return Dump()

@@ -35,6 +35,20 @@ def global_norm(tensors: list[torch.Tensor]) -> float:
     return float(torch.stack(torch._foreach_norm(tensors, 2)).double().square().sum().sqrt())
 
 
+def global_mean(value: float) -> float:
+    """``value`` averaged over the ranks of the process group (itself, without one): the
+    global batch's loss, so every rank scores and skips the same steps under DDP."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
 class SkipStep:
     """OLMo-core's rule: skip the step when the loss or gradient norm is a 6-sigma outlier."""
 
@@ -122,8 +136,8 @@ class Guarded(torch.optim.Optimizer):
         params = [p for g in self.param_groups for p in g["params"]]
         skip = self.guards.get("skip_step")
         if skip is not None and loss is not None:
-            grads = [p.grad for p in params if p.grad is not None]
-            if skip.skip(float(loss), global_norm(grads)):
+            grads = [p.grad for p in params if p.grad is not None]  # all-reduced under DDP
+            if skip.skip(global_mean(float(loss)), global_norm(grads)):
                 return loss
         clip = self.guards.get("clip_update")
         before = [p.detach().clone() for p in params] if clip is not None else None

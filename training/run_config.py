@@ -144,6 +144,12 @@ def read_tree(cfg: DictConfig) -> RunConfig:
     placement = node_to(PlacementConfig, cfg.placement, "placement")
     norm = node_to(NormConfig, cfg.norm, "norm")
     param = node_to(ParamConfig, cfg.get("param") or {}, "param")
+    if "skip_step" in (cfg.optim.get("guards") or []) and trainer.accumulate_grad_batches > 1:
+        raise ConfigError(
+            "optim.guards skip_step scores the step's loss, and with "
+            f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches} the optimizer sees "
+            "only the last micro-batch's: drop skip_step, or set trainer.accumulate_grad_batches=1"
+        )
     if param.name != "sp" and cfg.optim.name not in ADAM_TYPE:
         raise ConfigError(
             f"param={param.name} scales Adam-type learning rates; optim={cfg.optim.name} would "

@@ -117,3 +117,17 @@ def test_refusals_are_one_line(kw, line):
     tau = kw.pop("qk_clip_tau", 100.0)
     with pytest.raises(ValueError, match=line):
         gpt_config(qk_clip=tau, **{"qk_norm": False, **kw})
+
+
+def test_every_micro_batch_of_a_step_is_read():
+    """Gradient accumulation: two training forwards before one step; S_h is the larger of the
+    two, head by head (not the last forward's: 0 heads clipped on a small last micro-batch)."""
+    model = clip_gpt(tau=1.0, n_embd=16, n_head=4)
+    attn = model.blocks[0].attn
+    big, small = 3 * torch.randn(2, 6, 16), 0.01 * torch.randn(2, 6, 16)
+    expected = torch.maximum(head_max_logits(attn, big), head_max_logits(attn, small))
+    model.train()
+    attn(big)
+    attn(small)
+    torch.testing.assert_close(model.qk_clip.last[0], expected)
+    assert model.qk_clip.clip() == int((expected > 1.0).sum()) > 0

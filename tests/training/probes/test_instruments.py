@@ -280,5 +280,5 @@ def test_instruments_are_added_to_the_default_probes_by_name():
     assert ProbeConfig(**vars(cfg)).enabled == cfg.enabled  # folded in once: rebuilding keeps it
     with pytest.raises(ValueError, match=r"unknown probe\(s\) \['sinks'\]"):
         ProbeConfig(add=["sinks"])
-    with pytest.raises(ValueError, match="probes.spike_sigma_window must be an integer >= 3"):
+    with pytest.raises(ValueError, match="probes.spike_sigma_window must be an integer >= 19"):
         ProbeConfig(spike_sigma_window=2)
