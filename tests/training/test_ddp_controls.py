@@ -84,6 +84,7 @@ def test_each_rank_decides_on_global_values(check, name, tmp_path) -> None:
 def test_ddp_with_qk_clip_keeps_the_ranks_weights_equal(tmp_path) -> None:
     ddp = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
            "trainer.precision=32-true", "trainer.max_steps=20", "model.qk_clip=0.5",
+           "model.qk_norm=false",
            "+callbacks.dump._target_=tests.helpers.DumpRankWeights", "logger=csv",
            f"+callbacks.dump.out={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
     proc = subprocess.run([sys.executable, "train.py", *TINY_RUN, *ddp], cwd=ROOT,
