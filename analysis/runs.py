@@ -27,7 +27,7 @@ from typing import Any
 from runs import record, runfiles
 from runs.record import Outcome
 from runs.runfiles import flatten
-from runs.settings import is_operational
+from runs.settings import is_operational, older_layout
 from runs.summary import metric_fields
 
 # A run that ran to its end (completed, or stopped by the divergence check) is FINISHED, defined
@@ -325,6 +325,10 @@ def load_run(run_dir: Path, warn: Warnings) -> Run | None:
     elif summary and not summary.get("status"):
         warn.add(run_dir / runfiles.SUMMARY, f"no status field; counted as {UNFINISHED}")
     run = Run(run_dir, summary or {}, config, metrics)
+    if old := older_layout(run.settings):  # its keys name other settings: never pooled
+        warn.add(run_dir, f"an older record layout ({', '.join(old)}); left out: run python -m "
+                          f"scripts.migrate {run_dir} first")  # fmt: skip
+        return None
     run.params = run_params(run)
     return run
 

@@ -38,18 +38,8 @@ from runs import runfiles
 from runs.dirlock import RunDirLock
 from runs.errors import Refused
 from runs.runfiles import write_atomic
+from runs.settings import FLAT_FIELDS
 
-# The model keys of records written before placement and norm had groups: key -> (group, field).
-FLAT_FIELDS = {
-    "placement": ("placement", "name"),
-    "deepnorm_alpha": ("placement", "alpha"),
-    "deepnorm_beta": ("placement", "beta"),
-    "mix_fraction": ("placement", "mix_fraction"),
-    "norm": ("norm", "name"),
-    "norm_eps": ("norm", "eps"),
-    "dyt_alpha": ("norm", "alpha"),
-    "norm_groups": ("norm", "groups"),
-}
 # A key added with a default other than what the runs before it ran: (placement, key, value).
 RAN_BEFORE_KEY = ("rezero", "gates", "sublayer")
 

@@ -176,3 +176,16 @@ def test_a_cut_or_foreign_input_to_the_findings_commands_is_one_line(
     one_line(coord_check.main(["--batch-size", "0"]))
     (tmp_path / "afile").write_text("")
     one_line(coord_check.main(["--out", str(tmp_path / "afile")]))
+
+
+def test_a_record_of_an_older_layout_is_never_pooled_with_current_ones(tmp_path) -> None:
+    """model.norm_eps=0.1 (before norm had a group) beside norm.eps=1e-5: not two seeds of one
+    variant; the older run is left out, naming migrate."""
+    sweep = tmp_path / "sweep"
+    settings_run(sweep, "seed=0", 0, 2.0, **{"norm.eps": 1e-5})
+    settings_run(sweep, "old-seed=1", 1, 2.5, **{"model.norm_eps": 0.1})
+    report = write_report(sweep, plots=False)
+    (variant,) = report["variants"]
+    assert [r["seed"] for r in variant["runs"]] == [0]
+    assert any("older record layout (model.norm_eps)" in w and "scripts.migrate" in w
+               for w in report["warnings"])  # fmt: skip
