@@ -60,8 +60,11 @@ def freeze(only: list[str] | None = None) -> int:
             finding.experiment not in configs or any(c.id in changed for c in finding.claims)
         ):
             configs[finding.experiment] = config_hash(finding.experiment)
-    record = Frozen(frozen_registry(claims), claims, first + step,
-                    datetime.date.today().isoformat(), git.stdout.strip(), configs)  # fmt: skip
+    # the date and commit are the claims' freeze: kept when no claim moved (a refreeze that
+    # only records the experiments' configs does not re-date the claims)
+    when = (before.date, before.commit) if before.claims and not changed else (
+        datetime.date.today().isoformat(), git.stdout.strip())  # fmt: skip
+    record = Frozen(frozen_registry(claims), claims, first + step, *when, configs)
     FROZEN.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
     seeds = f"{first}..{first + max(f.seeds for f in FINDINGS.values()) - 1}" if changed else "none"
     console.print(f"frozen: registry {record.registry}, {len(claims)} claims; fresh seeds of the "
