@@ -38,7 +38,7 @@ from runs.record import Status, result_line
 from training.arms import drop_inapplicable
 from training.context import in_multirun
 from training.errors import Interrupted, one_line_errors
-from training.launch import launch_scope, preflight
+from training.launch import launch_scope, packed, preflight
 from training.run_config import RunConfig, check_config, typed_config
 from training.sweep import for_the_sweeper, job_outcome
 
@@ -99,7 +99,8 @@ def main(cfg: DictConfig) -> dict:
     # once (training/sweep.py) and each job records its own failure.
     drop_inapplicable(cfg)  # an arm's key in a sweep across a group's options (preflight)
     run = None if in_multirun() else check_config(cfg)
-    this = attempt(cfg, run=run)
+    with packed(cfg):  # pack.gpus: this job's GPU slot, K jobs at most on each GPU
+        this = attempt(cfg, run=run)
     return job_outcome(this.summary, skipped=this.done_before is not None)
 
 

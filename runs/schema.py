@@ -56,6 +56,7 @@ ROOT: dict[str, Key] = {
     "init_probe": Key("section", operational=True),  # scripts/init_probe.py's grid
     "reproduce": Key("section", operational=True),  # judged after the runs, not part of them
     "callbacks": Key("section", operational=True),
+    "pack": Key("section", operational=True),  # which GPU a sweep job takes (training/packing.py)
     "seed": Key("scalar", int),
     "name": Key("scalar", str, operational=True),
     "group": Key("scalar", str | None, operational=True),

@@ -32,6 +32,7 @@ from training.errors import BUILD_ERRORS
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, run_name, wandb_run_id
 from training.ngpt import SphereWeights
+from training.packing import packed_devices
 from training.probes.registry import probe_callbacks
 from training.reliability.checkpoint_io import AtomicCheckpointIO
 from training.reliability.checkpoints import metrics_cut
@@ -136,7 +137,7 @@ def instantiate_callback(key: str, node: Any) -> Callback:
 
 
 def build_trainer(run: RunConfig, run_dir: Path, loggers: list, callbacks: list) -> L.Trainer:
-    kwargs = run.trainer.kwargs()
+    kwargs = packed_devices(run.trainer.kwargs())  # pack.gpus: the GPU of the job's slot
     kwargs["enable_progress_bar"] = any(isinstance(c, StepProgressBar) for c in callbacks)
     try:
         return L.Trainer(

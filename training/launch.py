@@ -300,3 +300,26 @@ def end_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def packed(cfg: Any) -> Iterator[None]:
+    """A sweep job under ``pack.gpus``: its GPU slot held while it runs (training/packing.py);
+    anything else runs as it is."""
+    from runs.checks import node_to
+    from runs.errors import ConfigError
+    from training.packing import PackConfig, gpu_slot
+
+    pack = node_to(PackConfig, cfg.get("pack") or {}, "pack")
+    if not pack.gpus or not in_multirun():
+        yield
+        return
+    if cfg.trainer.get("devices") not in (1, "auto"):
+        raise ConfigError(
+            f"pack.gpus shares the node's GPUs among single-device jobs, and "
+            f"trainer.devices={cfg.trainer.devices}: set trainer.devices=1, or drop pack"
+        )
+    from hydra.core.hydra_config import HydraConfig
+
+    with gpu_slot(HydraConfig.get().sweep.dir, pack):
+        yield

@@ -35,6 +35,7 @@ from runs.errors import ConfigError
 from runs.schema import check_top_level
 from training.errors import BUILD_ERRORS
 from training.optim_config import OptimConfig, read_optim
+from training.packing import PackConfig
 from training.probe_config import ProbeConfig
 from training.sections import (
     CheckpointConfig,
@@ -144,6 +145,7 @@ def read_tree(cfg: DictConfig) -> RunConfig:
     placement = node_to(PlacementConfig, cfg.placement, "placement")
     norm = node_to(NormConfig, cfg.norm, "norm")
     param = node_to(ParamConfig, cfg.get("param") or {}, "param")
+    node_to(PackConfig, cfg.get("pack") or {}, "pack")  # read by the sweep's jobs (launch.py)
     if "skip_step" in (cfg.optim.get("guards") or []) and trainer.accumulate_grad_batches > 1:
         raise ConfigError(
             "optim.guards skip_step scores the step's loss, and with "

@@ -1,0 +1,62 @@
+"""K runs per GPU across G GPUs (training/packing.py): each job takes a slot and trains on its
+GPU, never more than K on one whatever order the jobs end in; computed here for G = 2 fake GPUs
+and K = 2, and a packed sweep on the CPU runs every job."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from runs.errors import ConfigError
+from tests.conftest import ROOT, TINY_RUN
+from training.packing import NoFreeSlot, PackConfig, gpu_slot, packed_devices
+from training.run_config import typed_config
+
+
+def test_two_gpus_two_jobs_each_and_a_freed_slot_goes_to_its_gpu(tmp_path) -> None:
+    pack = PackConfig(gpus=2, per_gpu=2)
+    with contextlib.ExitStack() as held:
+        gpus = [held.enter_context(gpu_slot(tmp_path, pack)) for _ in range(3)]
+        with gpu_slot(tmp_path, pack) as fourth:
+            gpus.append(fourth)
+            assert packed_devices({"accelerator": "gpu", "devices": 1})["devices"] == [1]
+            assert packed_devices({"accelerator": "cpu"}) == {"accelerator": "cpu"}
+            with (
+                pytest.raises(NoFreeSlot, match="hydra.launcher.n_jobs=4"),
+                gpu_slot(tmp_path, pack),
+            ):
+                pass  # a fifth job at once: more than G x K
+        assert gpus == [0, 0, 1, 1]
+        # the job on GPU 1 (slot 3) ended: the next one takes its slot, on GPU 1, while GPU 0
+        # still holds its two
+        with gpu_slot(tmp_path, pack) as next_gpu:
+            assert next_gpu == 1
+    assert packed_devices({"accelerator": "gpu", "devices": 1}) == {"accelerator": "gpu",
+                                                                   "devices": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("over", ["pack.gpus=0", "pack.per_gpu=0", "pack.gpus=1.5"])
+def test_bad_pack_values_are_one_line(over, compose_cfg) -> None:
+    with pytest.raises(ConfigError, match=over.split("=")[0]):
+        typed_config(compose_cfg([over]))
+
+
+def test_a_packed_sweep_runs_each_job_on_its_slots_gpu(tmp_path) -> None:
+    """On the CPU the slot is taken and released as on a GPU node (the device stays the CPU):
+    four jobs, two at once, two slots, every job done and no slot left held."""
+    done = subprocess.run(
+        [sys.executable, "train.py", "-m", *TINY_RUN, "logger=csv", "seed=0,1,2,3",
+         "pack.gpus=2", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
+         f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert len(runs) == 4 and all(r["status"] == "completed" for r in runs)
+    assert sorted(p.name for p in (tmp_path / ".slots").iterdir()) == ["0", "1"]
+    with gpu_slot(tmp_path, PackConfig(gpus=2)) as gpu:  # every job let its slot go
+        assert gpu == 0

@@ -1,0 +1,79 @@
+"""K runs per GPU across G GPUs of one node: ``pack.gpus=G pack.per_gpu=K`` beside a parallel
+launcher of G x K jobs (``hydra/launcher=local hydra.launcher.n_jobs=<G*K>``, or one SLURM
+array task per GPU with K jobs inside: docs/distributed.md).
+
+Each job takes the first free of the sweep's G x K slots, an exclusive lock on
+``<sweep dir>/.slots/<s>`` held while it trains, and trains on GPU ``s // K``: never more than
+K jobs share a GPU, whatever order the jobs end in (a job dealt GPUs round-robin by its number
+would not keep that: a long job 0 and a short job 1 put job 2 beside job 0). The GPU is the
+job's ``trainer.devices=[<s // K>]``, an index among the node's visible devices: joblib's (loky)
+workers run one job after another and CUDA reads CUDA_VISIBLE_DEVICES once per process, so an
+environment variable set by a later job of the same worker would not move it. Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SLOTS = ".slots"  # in the sweep dir
+HELD: list[int] = []  # the GPU of the slot this process's job holds (training/build.py reads it)
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """``pack.*``: the node's GPUs a sweep's parallel jobs share, K at a time on each."""
+
+    gpus: int | None = None  # G; null: no packing (each job takes trainer.devices as set)
+    per_gpu: int = 1  # K
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None and (not isinstance(self.gpus, int) or self.gpus < 1):
+            raise ValueError(f"pack.gpus must be an integer >= 1 or null, got {self.gpus!r}")
+        if not isinstance(self.per_gpu, int) or self.per_gpu < 1:
+            raise ValueError(f"pack.per_gpu must be an integer >= 1, got {self.per_gpu!r}")
+
+    @property
+    def slots(self) -> int:
+        return (self.gpus or 0) * self.per_gpu
+
+
+class NoFreeSlot(RuntimeError):
+    """Every slot is held: the launcher runs more jobs at once than G x K."""
+
+
+@contextlib.contextmanager
+def gpu_slot(sweep_dir: str | Path, pack: PackConfig) -> Iterator[int]:
+    """The GPU index this job trains on, its slot held until the block ends."""
+    folder = Path(sweep_dir) / SLOTS
+    folder.mkdir(parents=True, exist_ok=True)
+    for slot in range(pack.slots):
+        fd = os.open(folder / str(slot), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        HELD[:] = [slot // pack.per_gpu]
+        try:
+            yield slot // pack.per_gpu
+        finally:
+            HELD.clear()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        return
+    raise NoFreeSlot(
+        f"all {pack.slots} slots of pack.gpus={pack.gpus} x pack.per_gpu={pack.per_gpu} are "
+        f"held: run at most {pack.slots} jobs at once (hydra.launcher.n_jobs={pack.slots})"
+    )
+
+
+def packed_devices(kwargs: dict) -> dict:
+    """Lightning's Trainer arguments with the held GPU as the job's device, on a GPU run."""
+    if HELD and str(kwargs.get("accelerator", "auto")) in ("gpu", "cuda", "auto"):
+        return {**kwargs, "devices": [HELD[0]]}
+    return kwargs
