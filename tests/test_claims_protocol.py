@@ -15,6 +15,7 @@ from runs.errors import ConfigError
 from scripts import compare
 from tests.conftest import ROOT, TINY_RUN
 
+pytestmark = pytest.mark.slow  # real runs, ~40 s; its fast version: tests/test_compare.py
 CLAIMS = """claims:
   - id: hc_vs_plain
     statement: hyper-connections end below the plain sum

@@ -133,3 +133,25 @@ def test_the_sync_line_is_a_glob_that_leaves_the_reports_run_out(tmp_path: Path)
     for k in range(12):  # more runs than a line should list, names without "="
         (tmp_path / f"r{k}" / "wandb" / "offline-run-x").mkdir(parents=True)
     assert wandb_sync_pattern(tmp_path, skip=tmp_path / "report").count(" ") == 0
+
+
+def test_freeze_then_a_decision_on_the_fresh_seeds_is_confirmatory(tmp_path) -> None:
+    """The protocol without the launches (tests/test_claims_protocol.py runs them): frozen on
+    the pilot, decided on the fresh seeds alone once they ran, exploratory once changed."""
+    from experiments import claims as protocol
+
+    sweep = hc_sweep(tmp_path / "sweep", seeds=range(3))
+    line = ["hc: connection=hc - connection=residual < 0"]
+    entries = user.read_entries(lines=line)
+    frozen = protocol.freeze(sweep, write_report(sweep, plots=False), entries)
+    fresh = protocol.fresh(frozen)
+    assert fresh[0] == 100 and len(fresh) == frozen["seeds"] == frozen["claims"]["hc"]["seeds"]
+    with pytest.raises(ConfigError, match="were frozen before"):
+        protocol.freeze(sweep, write_report(sweep, plots=False), entries)
+    hc_sweep(sweep, seeds=fresh)  # as --confirm's launches leave them (every rate: the rule's)
+    _, (verdict,) = protocol.judge(write_report(sweep, plots=False), entries, frozen)
+    assert verdict["mode"] == "confirmatory" and verdict["decided_on"] == fresh
+    assert verdict["status"] == "PASS"  # hc 0.05 below at every seed
+    changed = user.read_entries(lines=["hc: connection=hc - connection=residual < -0.01"])
+    _, (again,) = protocol.judge(write_report(sweep, plots=False), changed, frozen)
+    assert again["mode"] == "exploratory"
