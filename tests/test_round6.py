@@ -86,6 +86,27 @@ def test_the_least_spike_window_admitted_is_the_least_that_scores(window, scores
     assert (window >= SCORE_FROM) is scores
 
 
+def test_constants_rebuilt_from_job_records_name_every_dir_as_named(tmp_path) -> None:
+    """The fast version of the test below: two job dirs whose overrides.yaml share
+    trainer.max_steps=3 (named by neither), and one record too few to name them: none."""
+    from runs.jobs import job_dir, read_constants, rebuilt_constants
+
+    shared = "trainer.max_steps=3"
+    for seed in (0, 1):
+        over = [shared, f"seed={seed}"]
+        job = tmp_path / job_dir(over, None, {"trainer.max_steps": shared})
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in over))
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert rebuilt_constants(jobs) == {"trainer.max_steps": shared}
+    (jobs[0] / ".hydra" / "overrides.yaml").write_text("- seed=0\n")  # then names disagree
+    assert rebuilt_constants(jobs) == {}
+    (tmp_path / ".constants.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="not a mapping.*delete it"):
+        read_constants(tmp_path / ".constants.json")
+
+
+@pytest.mark.slow  # two tiny sweeps of two jobs and a refused one: ~16 s
 def test_a_lost_constants_record_is_rebuilt_and_a_garbled_one_is_one_line(tmp_path) -> None:
     """.constants.json deleted: the rerun finds its finished jobs (their own records rebuild
     it), reruns nothing and makes no new dir; garbled: one line naming the file."""

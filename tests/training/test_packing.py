@@ -45,6 +45,7 @@ def test_bad_pack_values_are_one_line(over, compose_cfg) -> None:
         typed_config(compose_cfg([over]))
 
 
+@pytest.mark.slow  # four tiny jobs, two at once: ~9 s; the slots themselves are tested above
 def test_a_packed_sweep_runs_each_job_on_its_slots_gpu(tmp_path) -> None:
     """On the CPU the slot is taken and released as on a GPU node (the device stays the CPU):
     four jobs, two at once, two slots, every job done and no slot left held."""
