@@ -10,10 +10,8 @@ Unreadable files cost one warning line each, never the report.
 from __future__ import annotations
 
 import contextlib
-import glob as globlib
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,65 +21,12 @@ from analysis.html_report import caption, page
 from analysis.plots import write_plots
 from analysis.runs import (
     CANONICAL,
-    Run,
-    Warnings,
-    first_present,
     load_runs,
-    read_yaml_flat,
 )
 from analysis.variants import group_variants, md_cell, md_code, poolable, variant_fields
-from analysis.wandb_report import wandb_target
+from analysis.wandb_report import wandb_groups, wandb_sync_pattern, wandb_target
 from runs import runfiles
 from runs.errors import ConfigError
-
-
-# --- wandb -------------------------------------------------------------------------------------
-def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
-    """The wandb group of each run, most common first: what train.py recorded in summary.json,
-    else its rule read back from disk (an explicit ``group``, else the sweep dir's last two
-    parts)."""
-    found = Counter()
-    for run in runs:
-        group = first_present([run.summary], ("wandb_group", "group"))
-        group = group or first_present([run.config], ("group", "logger.wandb.group"))
-        if not group:
-            hydra = read_yaml_flat(run.path / runfiles.HYDRA_META, Warnings(), resolve=False)
-            if hydra.get("hydra.mode") == "MULTIRUN":
-                out = hydra.get("hydra.runtime.output_dir")
-                parent = Path(str(out)).parent if out and "${" not in str(out) else sweep_dir
-                group = runfiles.wandb_group(None, parent)
-        if group and "${" not in str(group):
-            found[str(group)] += 1
-    return [g for g, _ in found.most_common()]  # none: single runs, in no group
-
-
-def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
-    """One shell glob covering the sweep's offline wandb runs (not the report's own run below
-    ``skip``), or None if there are none."""
-    dirs = [p for p in sweep_dir.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb"]
-    if skip is not None:
-        dirs = [p for p in dirs if not p.is_relative_to(skip)]
-    if not dirs:
-        return None
-    parts = [p.relative_to(sweep_dir).parts for p in dirs]
-    if len({len(p) for p in parts}) > 1:
-        return str(sweep_dir / "**" / "wandb" / "offline-run-*")
-    # a component the runs differ in is "*", or "*=*" where every one is a job dir name
-    # (key=value,...), which the report dir's name is not
-    for wild in ("*", "*=*"):
-        glob = [c[0] if len(set(c)) == 1 else wild if all(wild != "*=*" or "=" in x for x in c)
-                else "*" for c in zip(*parts, strict=True)]  # fmt: skip
-        glob[-1] = "offline-run-*"
-        pattern = str(sweep_dir.joinpath(*glob))
-        matched = [Path(m) for m in globlib.glob(pattern, recursive=True)]
-        if skip is None or not any(m.is_relative_to(skip) for m in matched):
-            return pattern
-    if len(dirs) <= SYNC_LISTED:
-        return " ".join(str(d) for d in sorted(dirs))
-    return str(sweep_dir / "**" / "wandb" / "offline-run-*")  # the report's run comes too
-
-
-SYNC_LISTED = 8  # more offline runs than this, and no glob leaves the report's out: a glob
 
 
 # --- report ------------------------------------------------------------------------------------

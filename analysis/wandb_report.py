@@ -6,11 +6,13 @@ type ``report`` holding report.md, report.json and the plots; the plots as image
 variant table as a wandb Table, so the group's page shows them beside the runs. The run goes
 where the sweep's runs went: their project and entity, offline into ``<report dir>/wandb/``
 unless they streamed online (or ``WANDB_MODE`` says otherwise). A sweep whose runs did not log
-to wandb gets none.
+to wandb gets none. Also where the runs logged: their wandb groups (``wandb_groups``) and one
+shell glob that uploads their offline runs (``wandb_sync_pattern``).
 """
 
 from __future__ import annotations
 
+import glob as globlib
 import hashlib
 import os
 import re
@@ -19,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from analysis.runs import Run
+from analysis.runs import Run, Warnings, first_present, read_yaml_flat
+from runs import runfiles
 
 REPORT_FILES = ("report.md", "report.json", "report.html")
 WHERE = ("project", "entity", "mode")  # logger.wandb.<key> in the runs' configs
@@ -127,3 +130,52 @@ def superseded_offline_runs(out_dir: Path) -> list[Path]:
     dir each time, and syncing two would upload one id twice."""
     found = (out_dir / "wandb").glob(f"offline-run-*-{report_run_id(out_dir)}")
     return sorted(p for p in found if p.is_dir())
+
+
+# --- where the runs logged: their groups, the command that uploads them ----------------------
+def wandb_groups(runs: list[Run], sweep_dir: Path) -> list[str]:
+    """The wandb group of each run, most common first: what train.py recorded in summary.json,
+    else its rule read back from disk (an explicit ``group``, else the sweep dir's last two
+    parts)."""
+    found = Counter()
+    for run in runs:
+        group = first_present([run.summary], ("wandb_group", "group"))
+        group = group or first_present([run.config], ("group", "logger.wandb.group"))
+        if not group:
+            hydra = read_yaml_flat(run.path / runfiles.HYDRA_META, Warnings(), resolve=False)
+            if hydra.get("hydra.mode") == "MULTIRUN":
+                out = hydra.get("hydra.runtime.output_dir")
+                parent = Path(str(out)).parent if out and "${" not in str(out) else sweep_dir
+                group = runfiles.wandb_group(None, parent)
+        if group and "${" not in str(group):
+            found[str(group)] += 1
+    return [g for g, _ in found.most_common()]  # none: single runs, in no group
+
+
+def wandb_sync_pattern(sweep_dir: Path, skip: Path | None = None) -> str | None:
+    """One shell glob covering the sweep's offline wandb runs (not the report's own run below
+    ``skip``), or None if there are none."""
+    dirs = [p for p in sweep_dir.rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb"]
+    if skip is not None:
+        dirs = [p for p in dirs if not p.is_relative_to(skip)]
+    if not dirs:
+        return None
+    parts = [p.relative_to(sweep_dir).parts for p in dirs]
+    if len({len(p) for p in parts}) > 1:
+        return str(sweep_dir / "**" / "wandb" / "offline-run-*")
+    # a component the runs differ in is "*", or "*=*" where every one is a job dir name
+    # (key=value,...), which the report dir's name is not
+    for wild in ("*", "*=*"):
+        glob = [c[0] if len(set(c)) == 1 else wild if all(wild != "*=*" or "=" in x for x in c)
+                else "*" for c in zip(*parts, strict=True)]  # fmt: skip
+        glob[-1] = "offline-run-*"
+        pattern = str(sweep_dir.joinpath(*glob))
+        matched = [Path(m) for m in globlib.glob(pattern, recursive=True)]
+        if skip is None or not any(m.is_relative_to(skip) for m in matched):
+            return pattern
+    if len(dirs) <= SYNC_LISTED:
+        return " ".join(str(d) for d in sorted(dirs))
+    return str(sweep_dir / "**" / "wandb" / "offline-run-*")  # the report's run comes too
+
+
+SYNC_LISTED = 8  # more offline runs than this, and no glob leaves the report's out: a glob

@@ -14,7 +14,7 @@ import pytest
 
 from analysis import report as reporting
 from analysis import runs, variants, xy
-from analysis.wandb_report import report_run_id
+from analysis.wandb_report import report_run_id, wandb_sync_pattern
 from scripts import compare
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -377,11 +377,11 @@ def test_the_wandb_sync_line_never_takes_the_reports_own_run(tmp_path: Path) -> 
     for run in ("a", "b"):
         (tmp_path / run / "wandb" / f"offline-run-{run}").mkdir(parents=True)
     report = tmp_path / "report"
-    assert reporting.wandb_sync_pattern(tmp_path, skip=report) == str(
+    assert wandb_sync_pattern(tmp_path, skip=report) == str(
         tmp_path / "*" / "wandb" / "offline-run-*"
     )
     (report / "wandb" / "offline-run-r").mkdir(parents=True)  # the glob would match it now
-    listed = reporting.wandb_sync_pattern(tmp_path, skip=report)
+    listed = wandb_sync_pattern(tmp_path, skip=report)
     assert listed == " ".join(str(tmp_path / r / "wandb" / f"offline-run-{r}") for r in "ab")
 
 

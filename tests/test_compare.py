@@ -13,7 +13,8 @@ import pytest
 from analysis import claims as user
 from analysis.findings.judge import judge_finding
 from analysis.findings.registry import F17
-from analysis.report import table_cells, wandb_sync_pattern, write_report
+from analysis.report import table_cells, write_report
+from analysis.wandb_report import wandb_sync_pattern
 from runs.errors import ConfigError
 from scripts import compare
 from tests.helpers import settings_run
