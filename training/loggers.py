@@ -4,11 +4,11 @@ any Lightning logger named by ``_target_`` (TensorBoard, MLflow: conf/logger/).
 wandb layout, as its UI groups runs: project = ``logger.wandb.project`` (``${study}``: one per
 study, each experiment naming its own), group = the sweep (one sweep dir, one group; a single
 run has none unless ``group=`` names one), job_type = the variant without its seed (so
-group-by averages the seeds), name = the variant with its seed (``run_name``: every swept
-key, so no two runs of a sweep share a name), tags = placement, norm,
-model, depth and the experiment, and the whole resolved config as wandb config (``experiment``
-included). Charts share the optimizer-step axis
-(``trainer/global_step``) and fall into panel sections by the metric prefix before the first "/".
+group-by averages the seeds), name = the variant with its seed (``run_name``: every swept key,
+so no two runs of a sweep share a name), tags = placement, norm, model, depth and the
+experiment, and the whole resolved config as wandb config (``experiment`` included). Charts
+share the optimizer-step axis (``trainer/global_step``) and fall into panel sections by the
+metric prefix before the first "/".
 The run table shows ``val/loss`` as its minimum (``val/acc`` as its maximum) and the run's
 status, divergence step and best and final losses from summary.json. ``last.ckpt`` becomes an
 artifact with ``logger.wandb.log_model=true``. wandb's console output stays quiet unless
