@@ -129,7 +129,7 @@ def rebuilt_constants(jobs: Sequence[Path]) -> dict:
     for job in jobs:
         try:
             overrides = OmegaConf.to_container(OmegaConf.load(job / runfiles.OVERRIDES))
-        except (OSError, ValueError, Exception):  # noqa: BLE001 - not a job of this layout
+        except Exception:  # noqa: BLE001 - no readable record: not a job of this layout
             continue
         if isinstance(overrides, list):
             launched[job.name] = [str(o) for o in overrides]

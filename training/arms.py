@@ -124,7 +124,9 @@ def check_connection_key(sub: str, args: Sequence[str]) -> str:
     except ValueError:  # an unknown connection: the model's own check names the choices
         return ""
     if given and not users:  # no connection of the command line uses it
-        users = "/".join(c for c in ("hc", "shc", "mhc") if connection_uses(sub, c))
+        from models.catalog import CONNECTIONS
+
+        users = "/".join(c for c in CONNECTIONS if connection_uses(sub, c))
         raise SystemExit(
             f"error: model.{sub} acts under model.connection={users} only, and this command "
             f"line runs model.connection={given[-1]}; drop model.{sub} or set "
@@ -164,21 +166,26 @@ DROPPED: list[str] = []  # the keys the job this process runs took out (drop_ina
 
 
 def drop_inapplicable(cfg: Any, conf: Path = CONF) -> list[str]:
-    """Take out of this job's config (in place) the keys that do not act in it
-    (``inapplicable``): a group key goes, a connection's key returns to its model option's
-    default. The keys taken out."""
-    import yaml
+    """This sweep job's ``drop``, with its own overrides and group choices (a single run's keys
+    were checked whole: by the preflight and the model's checks). The keys taken out."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-    from omegaconf import open_dict
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return []  # a single run's keys were checked whole (preflight, the model's checks)
+        return []
     hydra_cfg = HydraConfig.get()
-    choices = hydra_cfg.runtime.choices
-    connection = OmegaConf.select(cfg, "model.connection")
-    keys = inapplicable(hydra_cfg.overrides.task, choices, connection, conf)
-    DROPPED[:] = keys  # what this job's DDP processes leave off the line they replay
+    DROPPED[:] = drop(cfg, hydra_cfg.overrides.task, hydra_cfg.runtime.choices, conf)
+    return list(DROPPED)  # what this job's DDP processes leave off the line they replay
+
+
+def drop(cfg: Any, overrides: Sequence[str], choices: Any, conf: Path = CONF) -> list[str]:
+    """Take out of a job's config (in place) the keys that do not act in it (``inapplicable``):
+    a group key goes, a connection's key returns to its model option's default. The keys taken
+    out (a job does this, and so does the sweep's check of its grid)."""
+    import yaml
+    from omegaconf import open_dict
+
+    keys = inapplicable(overrides, choices, OmegaConf.select(cfg, "model.connection"), conf)
     with open_dict(cfg):
         for key in keys:
             group, sub = key.split(".", 1)

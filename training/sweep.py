@@ -48,7 +48,7 @@ def check_grid_once(config: DictConfig) -> None:
     from hydra import compose
     from omegaconf import open_dict
 
-    from training.arms import inapplicable
+    from training.arms import drop
     from training.run_config import check_config
 
     messages: list[str] = []
@@ -58,9 +58,8 @@ def check_grid_once(config: DictConfig) -> None:
             cfg = compose(
                 config.hydra.job.config_name, [*job, "run_dir=-"], return_hydra_config=True
             )
-            with open_dict(cfg):  # as the job drops them (training/launch.py)
-                for key in inapplicable(job, cfg.hydra.runtime.choices):
-                    cfg[key.split(".")[0]].pop(key.split(".", 1)[1], None)
+            drop(cfg, job, cfg.hydra.runtime.choices)  # what the job leaves out (arms.py)
+            with open_dict(cfg):
                 del cfg["hydra"]
             check_config(cfg, quiet=True)
         except ConfigError as err:
