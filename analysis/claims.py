@@ -31,6 +31,7 @@ estimand it resolved to on the pilot.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -179,13 +180,18 @@ def declare(entry: dict[str, Any], rows: list[dict], seeds: int | None = None) -
 
 
 # --- deciding ------------------------------------------------------------------------------------
-def needs(claims: list[Claim] | tuple[Claim, ...]) -> set[str]:
-    return {p.measure for c in claims for p in c.parts} | {"best_val_loss", "params"}
+BASE_MEASURES = ("best_val_loss", "params")  # what the lr rule and the pairing read
 
 
-def user_table(report: dict, claims: list[Claim] | tuple[Claim, ...], decide: list = ()) -> dict:
-    """The per-run table the claims are decided on (findings' measures.table)."""
-    return run_table(report, needs(claims), {}, list(decide))
+def measures_of(entries: list[dict]) -> set[str]:
+    """The per-run measures claim entries read (a rate reads the runs' outcomes)."""
+    return {str(e.get("measure", "best_val_loss")) for e in entries}
+
+
+def user_table(report: dict, measures: Iterable[str] = (), decide: Iterable = ()) -> dict:
+    """The per-run table claims are decided on (the findings' measures.table), read once: the
+    measures named, the lr rule's loss and the parameter count."""
+    return run_table(report, {*measures, *BASE_MEASURES}, {}, list(decide))
 
 
 def decide(claims: list[Claim], table: dict, frozen: Any = None) -> list[dict[str, Any]]:

@@ -74,11 +74,10 @@ def fresh(frozen: dict | None) -> list[int]:
 def judge(report: dict, entries: list[dict], frozen: dict | None) -> tuple[dict, list[dict]]:
     """(table, verdicts): every claim decided on the fresh seeds where they ran (else on every
     seed: exploratory), confirmatory where it hashes as frozen and read those seeds."""
-    rows = user.user_table(report, [])["rows"]
-    found = declared(entries, rows, frozen)
-    seen = {r["seed"] for r in rows}
-    decide = [s for s in fresh(frozen) if s in seen]
-    table = user.user_table(report, found, decide)
+    table = user.user_table(report, user.measures_of(entries))
+    found = declared(entries, table["rows"], frozen)
+    seen = {r["seed"] for r in table["rows"]}
+    table["decide_seeds"] = [s for s in fresh(frozen) if s in seen]
     held = None
     if frozen:
         held = Frozen("user", {c: {"hash": e["hash"], "first_seed": frozen["first_seed"]}
@@ -95,14 +94,13 @@ def freeze(sweep_dir: Path, report: dict, entries: list[dict]) -> dict:
             "(--confirm), or declare new ones in a new sweep dir (a freeze after a look would "
             "choose its seeds on the data)"
         )
-    pilot = user.user_table(report, [])
-    found = declared(entries, pilot["rows"], None)
-    table = user.user_table(report, found)
+    table = user.user_table(report, user.measures_of(entries))
+    found = declared(entries, table["rows"], None)
     sized = [
         user.sized(c, table) if e.get("seeds", user.AUTO) == user.AUTO else c
         for c, e in zip(found, entries, strict=True)
     ]
-    seeds = [r["seed"] for r in pilot["rows"] if isinstance(r["seed"], int)]
+    seeds = [r["seed"] for r in table["rows"] if isinstance(r["seed"], int)]
     record = {
         "date": datetime.date.today().isoformat(),
         "first_seed": (max(seeds, default=-1) // 100 + 1) * 100,  # past every pilot seed

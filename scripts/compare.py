@@ -130,9 +130,8 @@ def report_command(argv: list[str] | None) -> int:
 
 def comparisons(report: dict, args: argparse.Namespace) -> tuple[str, tuple, dict]:
     """``--baseline``'s table (markdown) and record."""
-    rows = user.user_table(report, [])["rows"]
-    losses, rates = user.baseline_claims(rows, args.baseline, args.margin, args.measure)
-    table = user.user_table(report, [*losses, *rates])
+    table = user.user_table(report, {args.measure})
+    losses, rates = user.baseline_claims(table["rows"], args.baseline, args.margin, args.measure)
     loss_v, rate_v = user.decide(losses, table), user.decide(rates, table)
     cells = user.comparison_cells(loss_v, rate_v, losses, args.margin)
     text = (
@@ -169,9 +168,8 @@ def confirm(args: argparse.Namespace) -> int:
         raise ConfigError(f"nothing frozen in {args.sweep_dir}; freeze the claims first (--freeze)")
     report = write_report(args.sweep_dir, args.out, plots=False)
     entries = user.read_entries(args.claims, args.claim)
-    rows = user.user_table(report, [])["rows"]
-    claims = protocol_claims.declared(entries, rows, frozen)
-    table = user.user_table(report, claims)
+    table = user.user_table(report, user.measures_of(entries))
+    claims = protocol_claims.declared(entries, table["rows"], frozen)
     seeds = protocol_claims.fresh(frozen)
     return protocol_claims.launch(
         args.sweep_dir, protocol_claims.launches(claims, table, report, seeds)
