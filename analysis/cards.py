@@ -24,9 +24,9 @@ A crossing is placed at the first logged step past its threshold: a probe logged
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,28 +93,38 @@ GUARD_EVENTS = {
 }
 
 
-def crossed(c: Crossing, value: float, earlier: list[float]) -> bool:
+def crossed(c: Crossing, value: float, previous: float | None, earlier: list[float]) -> bool:
+    """Whether ``value`` is past ``c``'s threshold; ``previous``: the value logged before it,
+    ``earlier``: every finite value before it, sorted (a jump's median reads it)."""
     if c.rule == "above":
         return value > c.threshold
     if c.rule == "below":
         return value < c.threshold
     if c.rule == "rises":
-        return value > (earlier[-1] if earlier else c.threshold)
-    return len(earlier) >= 3 and value > c.threshold * statistics.median(earlier)
+        return value > (c.threshold if previous is None else previous)
+    n = len(earlier)
+    median = earlier[n // 2] if n % 2 else (earlier[n // 2 - 1] + earlier[n // 2]) / 2 if n else 0
+    return n >= 3 and value > c.threshold * median
 
 
 def first_crossing(run: Run, c: Crossing) -> tuple[int, float, int | None] | None:
     """(step, value, layer or None) of the first logged value past ``c``'s threshold, over
-    every series its pattern matches (the earliest step; a tie: the lowest layer); None."""
+    every series its pattern matches (the earliest step; a tie: the lowest layer); None. One
+    pass a series: its earlier values kept sorted as it goes."""
     found = []
     for name, series in run.metrics.items():
         if not fnmatch.fnmatchcase(name, c.pattern):
             continue
         layer = int(name.rsplit("_", 1)[1]) if "/layer_" in name else None
-        for k, (step, value) in enumerate(series):
-            if math.isfinite(value) and crossed(c, value, [v for _, v in series[:k]]):
+        previous, earlier = None, []
+        for step, value in series:
+            if not math.isfinite(value):
+                continue
+            if crossed(c, value, previous, earlier):
                 found.append((step, -1 if layer is None else layer, value))
                 break
+            previous = value
+            bisect.insort(earlier, value)
     if not found:
         return None
     step, layer, value = min(found)

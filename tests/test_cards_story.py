@@ -49,11 +49,14 @@ def test_each_crossing_rule_on_a_hand_made_series() -> None:
     above, below, jump, rises = (cards.Crossing("e", "m", rule, k, "s")
                                  for rule, k in (("above", 100), ("below", 0.1), ("jump", 10),
                                                  ("rises", 0)))  # fmt: skip
-    assert cards.crossed(above, 100.5, []) and not cards.crossed(above, 100, [])
-    assert cards.crossed(below, 0.09, []) and not cards.crossed(below, 0.1, [])
-    assert not cards.crossed(jump, 100, [1, 1])  # fewer than 3 earlier values: no median yet
-    assert cards.crossed(jump, 10.1, [1, 1, 1]) and not cards.crossed(jump, 10, [1, 1, 1])
-    assert cards.crossed(rises, 1, []) and not cards.crossed(rises, 2, [2])
+    assert cards.crossed(above, 100.5, None, []) and not cards.crossed(above, 100, None, [])
+    assert cards.crossed(below, 0.09, None, []) and not cards.crossed(below, 0.1, None, [])
+    assert not cards.crossed(jump, 100, 1, [1, 1])  # fewer than 3 earlier values: no median
+    assert cards.crossed(jump, 10.1, 1, [1, 1, 1]) and not cards.crossed(jump, 10, 1, [1, 1, 1])
+    even, odd = [1, 2, 3, 5], [1, 2, 3, 5, 9]  # medians 2.5 and 3: thresholds 25 and 30
+    assert cards.crossed(jump, 25.1, 5, even) and not cards.crossed(jump, 25, 5, even)
+    assert cards.crossed(jump, 30.1, 9, odd) and not cards.crossed(jump, 30, 9, odd)
+    assert cards.crossed(rises, 1, None, []) and not cards.crossed(rises, 2, 2, [2])
     for c in cards.CROSSINGS:  # every threshold names where it comes from
         assert c.source and c.rule in ("above", "below", "jump", "rises")
 
