@@ -119,8 +119,8 @@ def shared_line(report: dict[str, Any]) -> str:
         if field in report["variant_fields"] or len(values) != 1 or values == {"None"}:
             continue
         (value,) = values
-        parts.append(f"{COLUMN_TITLES[field]} {value}" if field in COLUMN_TITLES else value)
-        parts[-1] = f"lr {value}" if field == "lr" else parts[-1]
+        title = {"lr": "lr", **COLUMN_TITLES}.get(field)  # a group's choice reads as itself
+        parts.append(f"{title} {value}" if title else value)
     return f"Every run: {', '.join(parts)}." if parts else ""
 
 
