@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,bench,sweep]"
+	$(PY) -m pip install -q -e ".[dev,bench,sweep,ray]"
 	# muP's reference for the tests: its core needs torch and pyyaml alone; its declared
 	# requirements (torchvision, seaborn) would replace the CPU torch with a CUDA build
 	$(PY) -m pip install -q --no-deps mup==1.0.0

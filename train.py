@@ -23,6 +23,7 @@ finished run and resumes an unfinished one; resume=false starts it fresh.
 from __future__ import annotations
 
 import sys
+import warnings
 
 if __name__ == "__main__":
     from training.errors import stop_on_signals
@@ -41,6 +42,10 @@ from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, packed, preflight
 from training.run_config import RunConfig, check_config, typed_config
 from training.sweep import for_the_sweeper, job_outcome
+
+# conf/hydra/launcher/ray.yaml fills in the Ray launcher's own schema (same name, so its keys
+# take overrides without a `+`); Hydra warns about that pattern on every job.
+warnings.filterwarnings("ignore", message=r".*validated against ConfigStore schema with the same")
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

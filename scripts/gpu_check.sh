@@ -2,22 +2,24 @@
 # normlab on one CUDA GPU in one command; every figure lands in OUT_DIR.
 #
 #   scripts/gpu_check.sh OUT_DIR              # on a CUDA machine (OUT_DIR defaults to $OUT)
-#   scripts/gpu_check.sh --only c,d OUT_DIR   # some steps (letters a-d): the rest of a cut check
+#   scripts/gpu_check.sh --only b,e OUT_DIR   # some steps (letters a-e): the rest of a cut check
 #   scripts/gpu_check.sh --dry-run DIR        # every step at tiny sizes on the CPU (what CI runs)
 #
 # Steps, most important first, each under its own timeout and all under BUDGET seconds (default
-# 540: one 10-minute device call), so a cut run still returns the numbers measured before the
-# cut and a step the budget cannot reach is marked SKIPPED. All four took about 14 minutes on an
-# H200 (2026-12-04): run a,b in one call and c,d in the next.
+# 540), so the whole check fits one 10-minute device call; a cut run still returns the numbers
+# measured before the cut, and a step the budget cannot reach is marked SKIPPED. Sized from the
+# times measured on an H200 (2026-12-04: bench gpt 152 s at 7 rounds, variants 182 s at 3, each
+# train.py 35 s, 1 and 4 league runs at once 48 s and 70 s at 500 steps): about 480 s in all.
 #   a. bench_gpt.json       python -m scripts.bench --device cuda --only gpt: GPT-2 small (124M,
-#                           context 1024, bf16, torch.compile, fused AdamW), normlab's GPT vs the
-#                           plain GPT vs HF GPT-2: tok/s, MFU (of 989 TFLOP/s), peak memory
-#      bench_variants.json  the same size for norm=rmsnorm, placement=deepnorm, model.qk_norm=true
-#   b. train.py trainer=gpu for the default job and model=vit (logger=csv): they run, throughput
-#   c. sweep.json           the league's GPU-size run shape (300 steps) as 1, 4 and 8 runs at
-#                           once on the one device: runs per hour and per-run slowdown
-#   d. f3.json              a short GPU-size F3: d=256, depths 6 and 24, post / pre / deepnorm,
-#                           all six runs at once (1000 steps)
+#                           context 1024, bf16) on normlab's fastest path (torch.compile, fused
+#                           AdamW, SDPA's flash kernel), normlab's GPT vs the plain GPT vs HF
+#                           GPT-2: tok/s, MFU (of the card's dense bf16 peak), peak memory
+#   b. sweep.json           K = 1, 2, 4, 8 league-size runs (200 steps) at once on the one card:
+#                           runs per hour per card, per-run slowdown (what pack.per_gpu sets)
+#   c. bench_variants.json  GPT-2 small for norm=rmsnorm, placement=deepnorm, model.qk_norm=true
+#   d. train.py trainer=gpu for the default job and model=vit (logger=csv): they run, throughput
+#   e. f3.json              a short GPU-size F3: d=256, depths 6 and 24, post / pre / deepnorm,
+#                           all six runs at once (300 steps)
 # gpu_check.md collects the tables, gpu_check.log every step's output (8 files in all).
 #
 # The GPU machine needs neither wandb nor datasets (logger=csv, the embedded data; text is
@@ -37,7 +39,7 @@ cd "$(dirname "$0")/.."
 
 dry=0
 out_dir=${OUT:-}
-only=a,b,c,d
+only=a,b,c,d,e
 while [ $# -gt 0 ]; do
   arg=$1
   shift
@@ -46,8 +48,8 @@ while [ $# -gt 0 ]; do
     --only)
       only=${1:-}
       shift
-      [[ $only =~ ^[a-d](,[a-d])*$ ]] || { echo "error: --only takes step letters a-d, e.g. --only c,d" >&2; exit 2; } ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+      [[ $only =~ ^[a-e](,[a-e])*$ ]] || { echo "error: --only takes step letters a-e, e.g. --only b,e" >&2; exit 2; } ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $arg; use --dry-run or -h" >&2; exit 2 ;;
     *) out_dir=$arg ;;
   esac
@@ -78,17 +80,18 @@ if ! "$py" -c "import hydra, omegaconf" 2>/dev/null && compgen -G ".whl/*.whl" >
   export PYTHONPATH=/tmp/normlab-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
+bench_variants=()
 if [ "$dry" = 1 ]; then  # tiny sizes on the CPU: the script, its arguments and its files
   bench=(--device cpu --quick)
   run=(trainer=cpu trainer.max_steps=4 trainer.val_check_interval=4 num_threads=1
     model.n_layer=1 model.n_embd=32 model.n_head=2 data.batch_size=4)
-  jobs=1,2
+  jobs=1,2,4
   sweep=(trainer=cpu trainer.max_steps=4 num_threads=1 model.n_layer=1 model.n_embd=32
     model.n_head=2 model.block_size=32 data.batch_size=4)
   f3=(trainer=cpu trainer.max_steps=4 num_threads=1 model.n_embd=16 model.n_head=2
     model.block_size=16 data.batch_size=4 optim.warmup_steps=1)
   depths=1
-  limits=(300 300 120 180 180)
+  limits=(300 180 300 120 180)
   BUDGET=${BUDGET:-1200}
 else
   "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
@@ -97,17 +100,18 @@ else
   }
   bench=(--device cuda --reps 3)
   run=(trainer=gpu)
-  jobs=1,4,8
+  jobs=1,2,4,8
   # The league's GPU-size run shape (conf/experiment/placements_depth_gpu.yaml) on pydocs.
   sweep=(trainer=gpu model.n_layer=6 model.n_embd=512 model.n_head=8 model.block_size=256
-    data.batch_size=64 trainer.max_steps=300 trainer.val_check_interval=150 optim.warmup_steps=50)
+    data.batch_size=64 trainer.max_steps=200 trainer.val_check_interval=100 optim.warmup_steps=50)
   f3=(trainer=gpu model.n_embd=256 model.n_head=4 model.block_size=256 data.batch_size=64
-    trainer.max_steps=1000 optim.warmup_steps=200 optim.lr=5e-4 trainer.val_check_interval=500
+    trainer.max_steps=300 optim.warmup_steps=60 optim.lr=5e-4 trainer.val_check_interval=150
     model.qk_norm=false optim.schedule=cosine)
   depths=6,24
-  # Measured on an H200 (2026-12-04): gpt 152 s (7 rounds), variants 182 s (3 rounds), each
-  # train.py 35 s, 1 and 4 runs at once 48 s and 70 s at 500 steps.
-  limits=(180 200 70 200 200)
+  # Each step's limit (a, b, c, d per model, e) from the times in the header: ~90 s for a at 3
+  # rounds; b's four rounds ~30-60 s each at 200 steps; c ~80 s at 1 round
+  bench_variants=(--reps 1)
+  limits=(130 220 110 50 110)
 fi
 deadline=$(($(date +%s) + ${BUDGET:-540}))
 
@@ -163,33 +167,38 @@ PY
 
 want() { [[ ,$only, == *,$1,* ]]; }
 
-want a && for part in gpt variants; do
-  file=$out_dir/bench_$part.json
-  limit=${limits[0]}
-  [ $part = variants ] && limit=${limits[1]}
-  step "a. bench $part" "$limit" "$file" "$py" -m scripts.bench "${bench[@]}" --only $part \
-    --out "$file" && bench_table "$file"
-done
+bench_step() {  # bench_step LETTER PART LIMIT [ARGS...]: scripts.bench --only PART, its table
+  local letter=$1 part=$2 limit=$3 file=$out_dir/bench_$2.json
+  shift 3
+  step "$letter. bench $part" "$limit" "$file" "$py" -m scripts.bench "${bench[@]}" "$@" \
+    --only "$part" --out "$file" && bench_table "$file"
+}
 
-want b && for model in gpt vit; do
-  step "b. train.py model=$model" "${limits[2]}" - "$py" train.py "model=$model" "${run[@]}" \
+concurrent_step() {  # concurrent_step NAME LIMIT FILE ARGS...: scripts.bench.concurrent, its table
+  local name=$1 limit=$2 file=$3
+  shift 3
+  step "$name" "$limit" "$file" "$py" -m scripts.bench.concurrent --out "$file" "$@" && "$py" -c "
+import json, sys
+from scripts.bench.concurrent import markdown
+print(markdown(json.load(open(sys.argv[1]))))" "$file" >>"$md"
+}
+
+want a && bench_step a gpt "${limits[0]}"
+
+want b && concurrent_step "b. runs per card" "${limits[1]}" "$out_dir/sweep.json" \
+  --jobs "$jobs" --work "$work/sweep" -- logger=csv "${sweep[@]}"
+
+want c && bench_step c variants "${limits[2]}" "${bench_variants[@]}"
+
+want d && for model in gpt vit; do
+  step "d. train.py model=$model" "${limits[3]}" - "$py" train.py "model=$model" "${run[@]}" \
     logger=csv "hydra.run.dir=$work/$model" && "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('  ', {k: s.get(k) for k in ('status','steps','final_val_loss','final_val_acc','tokens_per_s','samples_per_s','wall_s')})" \
       "$work/$model/summary.json" >>"$md"
 done
 
-want c && step "c. sweep throughput" "${limits[3]}" "$out_dir/sweep.json" "$py" -m scripts.bench.concurrent \
-  --jobs "$jobs" --out "$out_dir/sweep.json" --work "$work/sweep" -- logger=csv "${sweep[@]}" \
-  && "$py" -c "
-import json, sys
-from scripts.bench.concurrent import markdown
-print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/sweep.json" >>"$md"
-
-want d && step "d. short F3" "${limits[4]}" "$out_dir/f3.json" "$py" -m scripts.bench.concurrent \
-  --grid placement=post,pre,deepnorm --grid "model.n_layer=$depths" \
-  --out "$out_dir/f3.json" --work "$work/f3" -- logger=csv "${f3[@]}" && "$py" -c "
-import json, sys
-from scripts.bench.concurrent import markdown
-print(markdown(json.load(open(sys.argv[1]))))" "$out_dir/f3.json" >>"$md"
+want e && concurrent_step "e. short F3" "${limits[4]}" "$out_dir/f3.json" \
+  --grid placement=post,pre,deepnorm --grid "model.n_layer=$depths" --work "$work/f3" \
+  -- logger=csv "${f3[@]}"
 
 echo "done: $out_dir (gpu_check.md, gpu_check.log, bench_*.json, sweep.json, f3.json)"
 exit $failed

@@ -18,7 +18,7 @@ from data.config import TextDataConfig
 from tests.conftest import ROOT, TINY_RUN
 
 
-@pytest.mark.slow  # 37 s: CI runs it with the other slow checks, after the fast suite
+@pytest.mark.slow  # ~45 s: CI runs it with the other slow checks, after the fast suite
 def test_the_dry_run_runs_every_step_and_writes_every_file(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work")}
     out = tmp_path / "out"
@@ -46,7 +46,7 @@ def test_the_dry_run_runs_every_step_and_writes_every_file(tmp_path):
     variants = {r["name"] for r in json.loads((out / "bench_variants.json").read_text())["results"]}
     assert {"pre/rmsnorm", "deepnorm/layernorm", "pre/layernorm qk_norm"} <= variants
     sweep = json.loads((out / "sweep.json").read_text())
-    assert [r["jobs"] for r in sweep] == [1, 2]
+    assert [r["jobs"] for r in sweep] == [1, 2, 4]
     assert all(r["completed"] == r["jobs"] and r["runs_per_hour"] > 0 for r in sweep)
     f3 = json.loads((out / "f3.json").read_text())
     assert sorted(r["run"].split(",")[0] for r in f3) == [
@@ -56,7 +56,9 @@ def test_the_dry_run_runs_every_step_and_writes_every_file(tmp_path):
     ]
     assert all(r["status"] == "completed" and r["final_val_loss"] > 0 for r in f3)
     md = (out / "gpu_check.md").read_text()
-    for step in ("a. bench gpt", "a. bench variants", "b. train.py model=vit", "d. short F3"):
+    steps = ("a. bench gpt", "b. runs per card", "c. bench variants", "d. train.py model=vit",
+             "e. short F3")  # fmt: skip
+    for step in steps:
         assert f"- {step}: exit 0" in md
     for model in ("gpt", "vit"):
         summary = json.loads((tmp_path / "work" / model / "summary.json").read_text())
@@ -176,15 +178,15 @@ def test_a_python_without_torch_is_refused_in_one_line(tmp_path):
 def test_only_picks_steps_and_a_spent_budget_skips_them(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "BUDGET": "10", "WORK": str(tmp_path / "w")}
     done = subprocess.run(
-        ["bash", "scripts/gpu_check.sh", "--dry-run", "--only", "c,d", str(tmp_path / "out")],
+        ["bash", "scripts/gpu_check.sh", "--dry-run", "--only", "b,e", str(tmp_path / "out")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     md = (tmp_path / "out" / "gpu_check.md").read_text()
-    assert "- c. sweep throughput: SKIPPED" in md and "--only d" in md
-    assert "bench" not in md and "train.py" not in md  # steps a and b were not asked for
+    assert "- b. runs per card: SKIPPED" in md and "--only e" in md
+    assert "bench" not in md and "train.py" not in md  # steps a, c and d were not asked for
     bad = subprocess.run(
-        ["bash", "scripts/gpu_check.sh", "--only", "e", str(tmp_path / "o2")],
+        ["bash", "scripts/gpu_check.sh", "--only", "f", str(tmp_path / "o2")],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "letters a-d" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "letters a-e" in bad.stderr

@@ -32,7 +32,7 @@ from training.errors import BUILD_ERRORS
 from training.fit import Fit, built_results
 from training.loggers import WandbMetrics, build_loggers, run_name, wandb_run_id
 from training.ngpt import SphereWeights
-from training.packing import packed_devices
+from training.packing import HELD, overfull, packed_devices
 from training.probes.registry import probe_callbacks
 from training.reliability.checkpoint_io import AtomicCheckpointIO
 from training.reliability.checkpoints import metrics_cut
@@ -115,8 +115,23 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
         every = run.checkpoint.every_n_steps or default_every_n_steps(run.max_steps)
         path = run_dir / CHECKPOINT
         callbacks.append(ResumeCheckpoint(path, every, run.checkpoint.every_s, settings))
+    if HELD:  # a packed job: K of it must fit its GPU
+        callbacks.append(PackFits())
     user = run.composed.get("callbacks") or {}
     return callbacks + [instantiate_callback(k, v) for k, v in user.items()]
+
+
+class PackFits(Callback):
+    """After a packed job's first step on a GPU, K jobs of its peak memory must fit the card."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step != 1 or trainer.strategy.root_device.type != "cuda":
+            return
+        device = trainer.strategy.root_device
+        card = torch.cuda.get_device_properties(device).total_memory
+        problem = overfull(HELD[1], torch.cuda.max_memory_allocated(device), card)
+        if problem:
+            raise ConfigError(problem)
 
 
 def instantiate_callback(key: str, node: Any) -> Callback:

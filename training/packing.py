@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SLOTS = ".slots"  # in the sweep dir
-HELD: list[int] = []  # the GPU of the slot this process's job holds (training/build.py reads it)
+HELD: list[int] = []  # [GPU, K] of the slot this process's job holds (training/build.py reads it)
+# K when pack.per_gpu is null: four league-size runs at once gave 2.7x the runs per hour of one
+# on an H200 (docs/benchmarks.md, 2026-12-04); each job checks after its first step that K of
+# it fit the card's memory (``overfull``)
+MEASURED_PER_GPU = 4
+FITS = 0.9  # of the card's memory: K jobs' peaks must stay under this share
 
 
 @dataclass(frozen=True)
@@ -29,17 +34,21 @@ class PackConfig:
     """``pack.*``: the node's GPUs a sweep's parallel jobs share, K at a time on each."""
 
     gpus: int | None = None  # G; null: no packing (each job takes trainer.devices as set)
-    per_gpu: int = 1  # K
+    per_gpu: int | None = None  # K; null: MEASURED_PER_GPU
 
     def __post_init__(self) -> None:
         if self.gpus is not None and (not isinstance(self.gpus, int) or self.gpus < 1):
             raise ValueError(f"pack.gpus must be an integer >= 1 or null, got {self.gpus!r}")
-        if not isinstance(self.per_gpu, int) or self.per_gpu < 1:
-            raise ValueError(f"pack.per_gpu must be an integer >= 1, got {self.per_gpu!r}")
+        if self.per_gpu is not None and (not isinstance(self.per_gpu, int) or self.per_gpu < 1):
+            raise ValueError(f"pack.per_gpu must be an integer >= 1 or null, got {self.per_gpu!r}")
+
+    @property
+    def k(self) -> int:
+        return self.per_gpu or MEASURED_PER_GPU
 
     @property
     def slots(self) -> int:
-        return (self.gpus or 0) * self.per_gpu
+        return (self.gpus or 0) * self.k
 
 
 class NoFreeSlot(RuntimeError):
@@ -58,16 +67,16 @@ def gpu_slot(sweep_dir: str | Path, pack: PackConfig) -> Iterator[int]:
         except BlockingIOError:
             os.close(fd)
             continue
-        HELD[:] = [slot // pack.per_gpu]
+        HELD[:] = [slot // pack.k, pack.k]
         try:
-            yield slot // pack.per_gpu
+            yield slot // pack.k
         finally:
             HELD.clear()
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         return
     raise NoFreeSlot(
-        f"all {pack.slots} slots of pack.gpus={pack.gpus} x pack.per_gpu={pack.per_gpu} are "
+        f"all {pack.slots} slots of pack.gpus={pack.gpus} x pack.per_gpu={pack.k} are "
         f"held: run at most {pack.slots} jobs at once (hydra.launcher.n_jobs={pack.slots})"
     )
 
@@ -77,3 +86,14 @@ def packed_devices(kwargs: dict) -> dict:
     if HELD and str(kwargs.get("accelerator", "auto")) in ("gpu", "cuda", "auto"):
         return {**kwargs, "devices": [HELD[0]]}
     return kwargs
+
+
+def overfull(per_gpu: int, peak_bytes: int, card_bytes: int) -> str | None:
+    """Why K jobs of this one's peak memory do not fit the card (None when they do)."""
+    if per_gpu * peak_bytes <= FITS * card_bytes:
+        return None
+    fits = max(1, int(FITS * card_bytes // max(peak_bytes, 1)))
+    return (
+        f"pack.per_gpu={per_gpu} runs of {peak_bytes / 2**30:.1f} GiB peak each do not fit the "
+        f"GPU's {card_bytes / 2**30:.1f} GiB; set pack.per_gpu={fits}"
+    )

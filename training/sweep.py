@@ -38,6 +38,7 @@ from training.launch import SWEEP_PID
 OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
 SWEEP_START = "NORMLAB_SWEEP_START"  # the launch's start (time.time()), for the progress line
 SWEEP_JOBS = "NORMLAB_SWEEP_JOBS"  # how many jobs the launch runs, for the progress line
+LAUNCH = ".launch.json"  # both, in the sweep dir
 
 
 def check_grid_once(config: DictConfig) -> None:
@@ -146,6 +147,11 @@ class SweepStatus(HydraCallback):
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
         os.environ[SWEEP_START] = str(time.time())  # for each job's progress line
         os.environ[SWEEP_JOBS] = str(launch_size(config) or "")
+        # ... and in a file for jobs that do not inherit this process's environment (a Ray
+        # cluster's workers were started before the launch)
+        if launched_as_rank_zero():
+            launch = {k: os.environ[k] for k in (SWEEP_START, SWEEP_JOBS)}
+            (sweep_dir / LAUNCH).write_text(json.dumps(launch))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._write(config, {"outcome": str(Outcome.UNFINISHED)})  # replaced when the job ends
@@ -222,8 +228,12 @@ def progress_line(config: DictConfig) -> str:
     of the jobs that ran (a skipped job takes none)."""
     records = job_records(Path(config.hydra.sweep.dir)).values()
     done = [str(r.get("outcome")) for r in records if r.get("outcome") != Outcome.UNFINISHED]
-    total = int(os.environ.get(SWEEP_JOBS) or 0)
-    start = float(os.environ.get(SWEEP_START) or time.time())
+    launch = os.environ
+    if SWEEP_START not in launch:  # a job on a Ray worker: the launch's own file
+        with contextlib.suppress(OSError, ValueError):
+            launch = json.loads((Path(config.hydra.sweep.dir) / LAUNCH).read_text())
+    total = int(launch.get(SWEEP_JOBS) or 0)
+    start = float(launch.get(SWEEP_START) or time.time())
     minutes = (time.time() - start) / 60
     counts = ", ".join(f"{n} {o}" for o, n in sorted(Counter(done).items()))
     line = f"sweep: {len(done)} of {total or '?'} jobs done ({counts}), {minutes:.1f} min"

@@ -13,7 +13,7 @@ import pytest
 
 from runs.errors import ConfigError
 from tests.conftest import ROOT, TINY_RUN
-from training.packing import NoFreeSlot, PackConfig, gpu_slot, packed_devices
+from training.packing import NoFreeSlot, PackConfig, gpu_slot, overfull, packed_devices
 from training.run_config import typed_config
 
 
@@ -37,6 +37,18 @@ def test_two_gpus_two_jobs_each_and_a_freed_slot_goes_to_its_gpu(tmp_path) -> No
             assert next_gpu == 1
     assert packed_devices({"accelerator": "gpu", "devices": 1}) == {"accelerator": "gpu",
                                                                    "devices": 1}  # fmt: skip
+
+
+def test_k_defaults_to_the_measured_table_and_is_checked_against_the_cards_memory() -> None:
+    assert PackConfig(gpus=2).k == 4 and PackConfig(gpus=2).slots == 8
+    gib = 2**30
+    # 4 runs of 20 GiB on an 80 GiB card: 80 > 0.9 x 80 = 72, so 3 fit (60 <= 72)
+    assert overfull(4, 20 * gib, 80 * gib) == (
+        "pack.per_gpu=4 runs of 20.0 GiB peak each do not fit the GPU's 80.0 GiB; "
+        "set pack.per_gpu=3"
+    )
+    assert overfull(3, 20 * gib, 80 * gib) is None
+    assert "set pack.per_gpu=1" in overfull(2, 79 * gib, 80 * gib)  # one is all there is
 
 
 @pytest.mark.parametrize("over", ["pack.gpus=0", "pack.per_gpu=0", "pack.gpus=1.5"])
