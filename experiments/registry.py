@@ -12,7 +12,8 @@ from typing import Any
 from analysis.findings import ALIASES, FINDINGS, FROZEN, frozen, hash_now, recompute
 from analysis.findings.declare import Frozen, claim_hash
 from experiments.sweep import ROOT, compose, console, split_overrides
-from experiments.verdicts import read_verdict
+from experiments.verdicts import read_verdict, verdict_markdown
+from runs.runfiles import write_atomic
 
 
 def freeze(only: list[str] | None = None) -> int:
@@ -162,10 +163,12 @@ def text(verdict: dict) -> str:
     return json.dumps(verdict, sort_keys=True)
 
 
-def recompute_all(paths: list[Path]) -> int:
+def recompute_all(paths: list[Path], write: bool = False) -> int:
     """Each verdict.json's claims decided again from its own table; 1 when one differs. A dir
     without one (a finding not yet run) is named and passed over, as are files that are no
-    verdict (docs/findings/*'s README.md and ledger.json)."""
+    verdict (docs/findings/*'s README.md and ledger.json). ``write`` (--rejudge): a file that
+    differs gets the verdicts decided again (and its verdict.md), each verdict word that moved
+    printed for the ledger."""
     code = 0
     for problem in freeze_problems():
         console.print(f"error: {problem}", markup=False)
@@ -210,5 +213,21 @@ def recompute_all(paths: list[Path]) -> int:
                      "(declared anew since, or the file was edited): decide it again")  # fmt: skip
         registry = "" if record.get("registry") == hash_now() else " (registry changed since)"
         console.print(f"{path}: {len(again)} verdicts recomputed, {same}{registry}", markup=False)
+        if write and differs and not anew:
+            rewrite(path, record, again)
+            continue
         code = max(code, int(bool(differs)))
     return code
+
+
+def rewrite(path: Path, record: dict, again: list[dict]) -> None:
+    """The file's verdicts replaced by those decided again; each moved verdict word printed."""
+    for new, old in zip(again, record["claims"], strict=True):
+        for key in ("status", "holm_status"):
+            if new.get(key) != old.get(key):
+                console.print(f"  {new['id']} {key}: {old.get(key)} -> {new.get(key)} (same "
+                              "data): its ledger entry goes in docs/findings/ledger.json",
+                              markup=False)  # fmt: skip
+    write_atomic(path, json.dumps({**record, "claims": again}, indent=2, default=str) + "\n")
+    write_atomic(path.with_suffix(".md"), verdict_markdown({**record, "claims": again}))
+    console.print(f"  {path} and {path.with_suffix('.md').name} written", markup=False)

@@ -88,6 +88,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="decide every verdict again from these verdict.json files (or dirs holding one) "
         "and say whether each is identical",
     )
+    p.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="with --recompute: write back each file's verdicts as decided again from its own "
+        "table (after a change of the judge's rules; each verdict word it changes needs its "
+        "ledger entry, docs/findings/ledger.json)",
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
     p.add_argument(
         "--freeze",
@@ -100,6 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_intermixed_args(argv)
     if sum([args.finding is not None, args.recompute is not None, args.freeze is not None]) != 1:
         p.error("name a finding (or all), or --recompute DIR..., or --freeze")
+    if args.rejudge and not args.recompute:
+        p.error("--rejudge writes what --recompute decides: --recompute DIR... --rejudge")
     return args
 
 
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.recompute:
-            return registry.recompute_all(args.recompute)
+            return registry.recompute_all(args.recompute, write=args.rejudge)
         if args.freeze is not None:
             return registry.freeze(args.freeze)
     except ConfigError as err:  # a cut frozen.json: one line

@@ -2,8 +2,10 @@
 their declarations (declare.py) alone: ``judge_finding(finding, table)`` is everything a
 verdict is, so ``scripts/reproduce.py --recompute`` gives the same verdicts from verdict.json.
 Which runs each claim reads: select.py (the lr rule, the decide seeds); each effect:
-estimands.py. A claim passes when every effect passes and fails when any fails; a gate decided
-before it (and whatever its outcome) makes it NOT TESTABLE. Within a finding the counted
+estimands.py. A claim passes when every effect passes (intersection-union: each effect at ALPHA,
+no correction needed) and fails when one effect fails with its p Bonferroni-corrected for the
+claim's number of effects (a FAIL needs only one, so each is a chance to fail falsely); a gate
+decided before it (and whatever its outcome) makes it NOT TESTABLE. Within a finding the counted
 claims' one-sided p-values are Holm-adjusted (``holm_status`` beside ``status``); a verdict is
 confirmatory when its claim is the frozen one and it was decided on the fresh seeds.
 """
@@ -31,9 +33,20 @@ LOSSES = ("best_val_loss", "final_val_loss")
 
 
 # --- claims and findings -------------------------------------------------------------------------
+def fails(effect: dict, k: int) -> bool:
+    """The effect's FAIL holds inside a claim of ``k`` effects: its p_fail x k <= ALPHA (an effect
+    with no p, a per-run rule such as "every run", fails as it stands)."""
+    if effect["outcome"] != "FAIL":
+        return False
+    p = effect.get("p_fail")
+    return p is None or min(1.0, k * p) <= ALPHA
+
+
 def combine(effects: dict[str, dict]) -> str:
-    found = {e["outcome"] for e in effects.values()}
-    return "FAIL" if "FAIL" in found else "INCONCLUSIVE" if "INCONCLUSIVE" in found else "PASS"
+    found = list(effects.values())
+    if all(e["outcome"] == "PASS" for e in found):
+        return "PASS"
+    return "FAIL" if any(fails(e, len(found)) for e in found) else "INCONCLUSIVE"
 
 
 def gate_absent(claim: Claim, table: dict) -> str | None:
@@ -108,9 +121,12 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
 
 
 def claim_p(verdict: dict, key: str, combine_: Any) -> float | None:
-    """A claim's one-sided p: PASS needs every effect (the largest p), FAIL any (the smallest)."""
+    """A claim's one-sided p: PASS needs every effect (the largest p), FAIL any (the smallest,
+    times the number of effects: Bonferroni inside the claim)."""
     ps = [e.get(key) for e in verdict["effects"].values()]
-    return None if not ps or None in ps else combine_(ps)
+    if not ps or None in ps:
+        return None
+    return combine_(ps) if key == "p_pass" else min(1.0, len(ps) * combine_(ps))
 
 
 def holm_adjust(verdicts: list[dict]) -> None:
