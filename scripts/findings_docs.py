@@ -1,13 +1,15 @@
 """Each finding's README section written from its declarations (analysis/findings/registry.py),
-its published verdict.json and the ledger (docs/findings/ledger.json):
+its published verdict.json and the ledger (docs/findings/ledger.json), and the status table of
+every finding in docs/findings/README.md from the verdict.json files:
 
     python -m scripts.findings_docs [--check]
 
 The section sits between two markers near the top of docs/findings/<id>/README.md: the claims
-as declared (rule, departures, seeds per arm), each one's published verdict marked confirmatory
-or exploratory, and the claim's ledger (every change of its rule: commit, date, old and new
-rule, the verdict before and after). ``--check`` writes nothing and exits 1 when a README is
-out of date (the tests run it).
+as declared (rule, departures, seeds per arm) under the finding's own hash, each one's published
+verdict marked confirmatory or exploratory, and the claim's ledger (every change of its rule:
+commit, date, old and new rule, the verdict before and after). The status table gives each
+finding's counted verdicts, raw and Holm-adjusted, its mode, runs and time. ``--check`` writes
+nothing and exits 1 when a file is out of date (the tests run it).
 """
 
 from __future__ import annotations
@@ -20,26 +22,73 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import hashlib
 import json
+from collections import Counter
 
-from analysis.findings import FINDINGS, hash_now
-from analysis.findings.declare import Claim, claim_hash, rule_text
+from analysis.findings import FINDINGS
+from analysis.findings.declare import Claim, Finding, claim_hash, rule_text
+from experiments.verdicts import counts
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "findings"
 BEGIN = (
     "<!-- registry: written by `python -m scripts.findings_docs`; edit the registry, not this -->"
 )
 END = "<!-- end of the registry's section -->"
+STATUS = (
+    "<!-- status: written by `python -m scripts.findings_docs` from each verdict.json; not by hand -->",
+    "<!-- end of the status table -->",
+)
 
 
 def cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def published(name: str) -> dict[str, dict]:
+def record_of(name: str) -> dict | None:
     path = DOCS / name / "verdict.json"
-    record = json.loads(path.read_text()) if path.is_file() else {"claims": []}
-    return {c["id"]: c for c in record["claims"]}
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def published(name: str) -> dict[str, dict]:
+    return {c["id"]: c for c in (record_of(name) or {"claims": []})["claims"]}
+
+
+def finding_hash(finding: Finding) -> str:
+    """One hash of the finding's own claims: a change to another finding leaves it alone."""
+    text = "".join(claim_hash(c) for c in finding.claims)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def mode_of(claims: list[dict]) -> str:
+    found = Counter(c["mode"] for c in claims if c["counted"])
+    if len(found) == 1:
+        return f"**{next(iter(found))}**" if "confirmatory" in found else next(iter(found))
+    return ", ".join(f"{n} {m}" for m, n in sorted(found.items()))
+
+
+def status_table() -> str:
+    """Every finding's published state, from its verdict.json alone."""
+    lines = [
+        STATUS[0],
+        "",
+        "| finding | verdicts (counted claims) | Holm within the finding | mode | runs | wall time "
+        "(load average) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in FINDINGS:
+        record = record_of(name)
+        link = f"[{name}]({name}/README.md)"
+        if record is None:
+            lines.append(f"| {link} | not run yet | | | | |")
+            continue
+        claims = record["claims"]
+        wall = (f"{record['wall_s'] / 60:.1f} min ({record['load_start']:.1f} -> "
+                f"{record['load_end']:.1f})")  # fmt: skip
+        row = [link, counts(claims, "status"), counts(claims, "holm_status"), mode_of(claims),
+               str(record["n_runs"]), wall]  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join([*lines, "", STATUS[1]])
 
 
 def verdict_of(claim: Claim, found: dict[str, dict]) -> str:
@@ -56,7 +105,7 @@ def section(name: str, ledger: list[dict]) -> str:
     lines = [
         BEGIN,
         "",
-        f"## Claims as declared (registry {hash_now()})",
+        f"## Claims as declared (hash {finding_hash(finding)})",
         "",
         "| claim | statement (source) | rule | departs from the paper | published verdict |",
         "|---|---|---|---|---|",
@@ -87,11 +136,12 @@ def section(name: str, ledger: list[dict]) -> str:
     return "\n".join([*lines, "", END])
 
 
-def with_section(text: str, block: str) -> str:
-    """The README with its section replaced, or put after its title when it has none."""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        return head + block + rest.split(END, 1)[1]
+def with_section(text: str, block: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
+    """The file with its section replaced, or put after its title when it has none."""
+    begin, end = markers
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
     title, _, body = text.partition("\n")
     return f"{title}\n\n{block}\n{body}"
 
@@ -104,12 +154,23 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for name in FINDINGS:
         readme = DOCS / name / "README.md"
+        if not readme.is_file():
+            print(f"error: {readme} is missing; write its title line (# {name}: ...) and run "
+                  "python -m scripts.findings_docs")  # fmt: skip
+            return 1
         text = readme.read_text()
         new = with_section(text, section(name, ledger))
         if new != text:
             stale.append(str(readme))
             if not args.check:
                 readme.write_text(new)
+    index = DOCS / "README.md"
+    text = index.read_text()
+    new = with_section(text, status_table(), STATUS)
+    if new != text:
+        stale.append(str(index))
+        if not args.check:
+            index.write_text(new)
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run python -m scripts.findings_docs")
         return 1
