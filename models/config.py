@@ -342,6 +342,12 @@ class BlockConfig:
                 f"param.base_width={param.base_width} is not divisible by model.n_head="
                 f"{self.n_head}; pick a base width that is a multiple of n_head"
             )
+        if param.scales_depth and self.init == "gpt2":  # Dey et al. 2025, Table 1
+            raise ValueError(
+                "init=gpt2 divides out_proj and fc2 by sqrt(2 n_layer), a depth scaling "
+                "CompleteP's branch multiplier replaces: use init=xavier (or ds) with "
+                "param=completep"
+            )
 
 
 def takes_hyper(placement: Placement) -> bool:

@@ -16,8 +16,9 @@ exactly, m_N = n_embd / base_width and m_L = n_layer / base_depth:
                      wd   wd              wd m_N                  wd m_N
                      eps  eps             eps                     eps m_N^-1 m_L^-alpha
     block vectors    lr   lr              lr                      lr m_L^(alpha-1)
-                     eps  eps             eps                     eps m_L^-alpha
-    embeddings, readout   SP's init at the base shape; lr, wd and eps unchanged
+                     eps  eps             eps                     eps m_N^-1 m_L^-alpha
+    embeddings, readout, final norm: SP's init at the base shape; lr and wd unchanged; eps
+                          eps             eps                     eps m_N^-1
 
 b_h is the head size at the base width. A parameter's kind comes from its shape against the same
 model built at the base width, as the ``mup`` package infers it: matrix-like when both dimensions
@@ -25,7 +26,11 @@ grow with the width (the Blocks' projections), vector-like when one does (embedd
 readout, biases, norm gains), fixed when none. weight decay times m_N keeps AdamW's decay per
 step, lr x wd, as it was. CompleteP's depth corrections reach the parameters inside the Blocks
 only; the embeddings, the final norm and the readout keep theirs (EleutherAI's nanoGPT-mup
-CompleteP branch groups them the same way).
+CompleteP branch groups them the same way). CompleteP's Adam eps follows the authors' code
+(Eq. 40 of Dey et al. 2025, as their code applies it since its January 2025 fix): every eps
+over m_N, those inside the Blocks over m_L^alpha too; muP leaves eps alone, as the ``mup``
+package's MuAdam does. GPT-2's init (out_proj and fc2 over sqrt(2L)) is refused under
+CompleteP: Table 1 has no such factor (models/config.py).
 
 Placements: the branch multiplier scales each sub-layer's branch where it joins the stream, so
 Post-LN is LN(x + m F(x)), DeepNorm LN(alpha x + m F(x)), Admin omega x + m F(x) (its omegas are
@@ -87,13 +92,11 @@ def parameter_scales(model: nn.Module, base_model: nn.Module) -> dict[str, Scale
     for name, p in model.named_parameters():
         kind = shape_kind(tuple(p.shape), base_shapes[name])
         in_blocks = name.startswith("blocks.")
-        lr = wd = eps = 1.0
-        if kind == MATRIX:
-            lr, wd, eps = 1 / m_n, m_n, 1 / m_n
-        if in_blocks:
-            lr, eps = lr * depth_lr, eps * depth_eps
-        if not param.scales_depth:
-            eps = 1.0  # muP leaves Adam's eps alone
+        lr, wd = (1 / m_n, m_n) if kind == MATRIX else (1.0, 1.0)
+        lr *= depth_lr if in_blocks else 1.0
+        eps = 1.0  # muP leaves Adam's eps alone; CompleteP scales every one
+        if param.scales_depth:
+            eps = (depth_eps if in_blocks else 1.0) / m_n
         out[name] = Scales(kind, in_blocks, lr, wd, eps)
     return out
 

@@ -125,9 +125,10 @@ def test_completep_branch_multiplier_by_hand() -> None:
     torch.testing.assert_close(ours(x)[0], twin(x)[0])
 
 
-# Dey et al. 2025, Table 1 (CompleteP column, alpha general), m_N = 4 and m_L = 2 here:
-# hidden weights lr m_N^-1 m_L^(alpha-1), wd m_N, eps m_N^-1 m_L^-alpha; hidden biases and
-# norm gains lr m_L^(alpha-1), eps m_L^-alpha; embeddings, readout, final norm unchanged.
+# Dey et al. 2025, Table 1 (CompleteP column, alpha general) with Adam's eps as the authors'
+# code sets it (Eq. 40), m_N = 4 and m_L = 2 here: hidden weights lr m_N^-1 m_L^(alpha-1), wd
+# m_N, eps m_N^-1 m_L^-alpha; hidden biases and norm gains lr m_L^(alpha-1), eps m_N^-1
+# m_L^-alpha; embeddings, readout and final norm lr and wd unchanged, eps m_N^-1.
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_completep_optimizer_table(alpha: float) -> None:
     model = gpt(128, depth=4, name="completep", base_width=32, base_depth=2, alpha=alpha)
@@ -141,14 +142,14 @@ def test_completep_optimizer_table(alpha: float) -> None:
         return g["lr"], g["weight_decay"], g["eps"]
 
     hidden = (LR / m_n * m_l ** (alpha - 1), WD * m_n, EPS / m_n * m_l**-alpha)
-    vector = (LR * m_l ** (alpha - 1), 0.0, EPS * m_l**-alpha)
+    vector = (LR * m_l ** (alpha - 1), 0.0, EPS / m_n * m_l**-alpha)
     assert row("blocks.1.attn.q_proj.weight") == pytest.approx(hidden)
     assert row("blocks.3.mlp.fc2.weight") == pytest.approx(hidden)
     assert row("blocks.0.attn.q_proj.bias") == pytest.approx(vector)
     assert row("blocks.2.attn_pre.weight") == pytest.approx(vector)
     for outside in ("tok_emb.weight", "lm_head.weight", "pos_emb.weight"):
-        assert row(outside) == pytest.approx((LR, WD, EPS))
-    assert row("final_norm.weight") == pytest.approx((LR, 0.0, EPS))
+        assert row(outside) == pytest.approx((LR, WD, EPS / m_n))
+    assert row("final_norm.weight") == pytest.approx((LR, 0.0, EPS / m_n))
     assert model.derived()["branch_mult"] == pytest.approx(m_l**-alpha)
 
 
@@ -210,3 +211,13 @@ def test_every_placement_gets_a_scale_for_every_parameter(placement: str) -> Non
     assert eps["blocks.0.mlp.fc1.weight"] == pytest.approx(1 / (2 * 4))  # m_N^-1 m_L^-1
     x = torch.randint(0, 40, (2, 8))
     assert torch.isfinite(model(x, x)[1])
+
+
+def test_gpt2_init_is_refused_under_completep() -> None:
+    """GPT-2's init divides out_proj and fc2 by sqrt(2L); CompleteP's Table 1 has no such factor
+    (its branch multiplier is the depth scaling): one line naming the init to use."""
+    with pytest.raises(ValueError, match="use init=xavier"):
+        GPTConfig(vocab_size=40, n_layer=4, n_embd=32, n_head=4, init="gpt2",
+                  param=ParamConfig(name="completep", base_depth=2))  # fmt: skip
+    GPTConfig(vocab_size=40, n_layer=4, n_embd=32, n_head=4, init="gpt2",
+              param=ParamConfig(name="mup", base_width=32))  # fmt: skip
