@@ -21,11 +21,13 @@ GRAD_TOTAL = f"{GRAD_NORM}/total"
 LAST_FC2 = f"{GRAD_NORM}/last_fc2"  # the last block's FFN output weight (Xiong et al.'s W^{2,L})
 
 # The instruments (off unless named in probes.enabled; training/probes/instruments.py, weights.py)
-ATTN_SINK = "attn/sink"  # per layer: share of heads whose mean attention on token 0 is > 0.3
+ATTN_SINK = "attn/sink"  # per layer: share of (sample, head) whose attention on token 0 is > 0.3
 ATTN_FIRST = "attn/first_token"  # per layer: mean over heads of that attention
 ACT_MASSIVE = "act_massive"  # per layer: max |h| / median |h| of the block's output
 ACT_MASSIVE_CHANNEL = "act_massive/channel"  # per layer: the channel the max sits on
 ACT_MASSIVE_TOKEN = "act_massive/token"  # per layer: the position it sits on
+ACT_MASSIVE_ABS = "act_massive/abs"  # per layer: max |h| itself
+ACT_MASSIVE_COUNT = "act_massive/count"  # per layer: |h| > 100 and > 1000 x median |h| (Sun et al.)
 ACT_KURTOSIS = "act_kurtosis"  # per layer: kurtosis of the neurons' RMS (He et al. 2024)
 LINEAR_OUT = "linear_out"  # linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}: RMS of that output
 HEADROOM_FP16 = "headroom/fp16"  # log2(fp16 max / largest |activation|): doublings left

@@ -36,7 +36,8 @@ BEGIN = (
 )
 END = "<!-- end of the registry's section -->"
 STATUS = (
-    "<!-- status: written by `python -m scripts.findings_docs` from each verdict.json; not by hand -->",
+    "<!-- status: written by `python -m scripts.findings_docs` from each verdict.json; "
+    "not by hand -->",
     "<!-- end of the status table -->",
 )
 

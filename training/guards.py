@@ -5,14 +5,19 @@ skip_step     OLMo-core's skip-step rule: the step is not taken when the loss or
               norm lies more than 6 standard deviations from the mean of the previous 128 steps'
               values (z = |x - mean| / std, std with n - 1; scored once max(20, 128 // 2) values
               are held, the current one included; a skipped step's values join the history).
-clip_update   Levanter's update-norm clipping: the step's whole update (the weights' change, lr
-              and weight decay included) is scaled down to mean + 3 std of the previous 128
+clip_update   Levanter's update-norm clipping: the step's update before the learning rate (the
+              optimizer's direction plus weight decay's wd x theta: the weights' change over
+              -lr, per parameter group) is scaled down to mean + 3 std of the previous 128
               unclipped update norms when it is longer (std over the values held, n; from 64
-              held values on).
+              held values on). Levanter's optax chain clips there, after the decay and before
+              the -lr scale, so a learning-rate schedule does not move the history.
 
-The gradient norm is the one the optimizer sees (after gradient clipping, when that is on). The
-guards' histories and counts travel in the optimizer's state dict, so a resumed run decides as
-the uninterrupted one would; their counts reach summary.json (skipped_steps, clipped_updates).
+The gradient norm skip_step scores is the one before gradient clipping, as OLMo-core reads it:
+the training task records it when Lightning calls ``on_before_optimizer_step`` (after AMP's
+unscaling and DDP's all-reduce, before ``trainer.gradient_clip_val`` clips), and a step taken
+outside Lightning reads the gradients as they are. The guards' histories and counts travel in
+the optimizer's state dict, so a resumed run decides as the uninterrupted one would; their
+counts reach summary.json (skipped_steps, clipped_updates).
 """
 
 from __future__ import annotations
@@ -125,6 +130,13 @@ class Guarded(torch.optim.Optimizer):
         self.param_groups = inner.param_groups
         self.state = inner.state
         self.guards = {name: GUARDS[name]() for name in guards}
+        self.grad_norm: float | None = None  # before gradient clipping, when recorded
+
+    def record_grad_norm(self) -> None:
+        """The gradients' global norm now, before Lightning clips them (skip_step scores it)."""
+        if "skip_step" in self.guards:
+            params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+            self.grad_norm = global_norm([p.grad for p in params])
 
     def counts(self) -> dict[str, int]:
         names = {"skip_step": "skipped_steps", "clip_update": "clipped_updates"}
@@ -135,20 +147,28 @@ class Guarded(torch.optim.Optimizer):
         loss = run_closure(closure)
         params = [p for g in self.param_groups for p in g["params"]]
         skip = self.guards.get("skip_step")
+        grad_norm, self.grad_norm = self.grad_norm, None
         if skip is not None and loss is not None:
-            grads = [p.grad for p in params if p.grad is not None]  # all-reduced under DDP
-            if skip.skip(global_mean(float(loss)), global_norm(grads)):
+            if grad_norm is None:  # a step outside Lightning: the gradients as they are
+                grad_norm = global_norm([p.grad for p in params if p.grad is not None])
+            if skip.skip(global_mean(float(loss)), grad_norm):
                 return loss
         clip = self.guards.get("clip_update")
         before = [p.detach().clone() for p in params] if clip is not None else None
         self.inner.step()
         if clip is not None:
             deltas = [p - b for p, b in zip(params, before, strict=True)]
-            scale = clip.factor(global_norm(deltas))
+            scale = clip.factor(global_norm(self.before_lr(deltas)))
             if scale < 1.0:
                 for p, b, d in zip(params, before, deltas, strict=True):
                     p.copy_(b + d * scale)
         return loss
+
+    def before_lr(self, deltas: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each weight change over -lr of its group: the update before the learning rate (a
+        group at lr 0 moved nothing and adds nothing)."""
+        lrs = [float(g["lr"]) for g in self.param_groups for _ in g["params"]]
+        return [d / -lr for d, lr in zip(deltas, lrs, strict=True) if lr != 0.0]
 
     def state_dict(self) -> dict:
         guards = {n: g.state_dict() for n, g in self.guards.items()}

@@ -83,7 +83,7 @@ PROBES: dict[str, ProbeSpec] = {
     ),
     "massive_act": ProbeSpec(
         10,
-        "act_massive/layer_{i}, act_massive/channel|token/layer_{i}",
+        "act_massive/layer_{i}, act_massive/channel|token|abs|count/layer_{i}",
         "MassiveActivations",
         default_on=False,
     ),

@@ -243,6 +243,11 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         }
 
     # --- validation: sums reduced across devices, so the mean is exact under DDP ----------
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Lightning calls this before it clips the gradients: skip_step's gradient norm."""
+        if isinstance(optimizer, Guarded):
+            optimizer.record_grad_norm()
+
     def on_validation_epoch_start(self) -> None:
         self._val_sums = {}
 

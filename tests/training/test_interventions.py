@@ -67,6 +67,53 @@ def test_clip_update_follows_levanters_rule():
     assert guard.count == 1 and guard.history[-1] == 10.0  # the unclipped norm is remembered
 
 
+def test_clip_update_measures_the_update_before_the_learning_rate_as_levanter():
+    """SGD with a constant gradient of norm 1 under a falling learning rate, then one 2x
+    gradient: before the lr (Levanter's place in the optax chain) every update norm is 1 and the
+    spike is clipped to mean + 3 x max(std, 1e-6) = 1 + 3e-6; the weights' change (lr included)
+    would carry the schedule into the history, whose spread lets the 2x spike through."""
+    p = torch.nn.Parameter(torch.zeros(4))
+    opt = Guarded(torch.optim.SGD([p], lr=0.1), ["clip_update"])
+    lrs = np.linspace(0.1, 0.02, WINDOW // 2 + 1)
+    for i, lr in enumerate(lrs):
+        for group in opt.param_groups:
+            group["lr"] = float(lr)
+        before = p.detach().clone()
+        p.grad = torch.full((4,), 0.5) * (2.0 if i == len(lrs) - 1 else 1.0)  # norm 1, then 2
+        opt.step()
+    moved = float((p.detach() - before).norm())
+    assert opt.counts()["clipped_updates"] == 1
+    assert moved == pytest.approx(lrs[-1] * (1 + 3e-6), rel=1e-5)  # the clipped update, x lr
+    after_lr = [lr * 1.0 for lr in lrs[:-1]]  # what the weights' change would have held
+    assert 2 * lrs[-1] < np.mean(after_lr) + 3 * np.std(after_lr)  # ... and the spike passes
+
+
+def test_skip_step_scores_the_gradient_norm_before_lightnings_clipping(tmp_path, monkeypatch):
+    """OLMo-core scores the gradient norm before clipping: under trainer.gradient_clip_val=1e-3
+    the norms skip_step sees are the raw ones (far above 1e-3), and equal to what the gradients
+    held when Lightning called on_before_optimizer_step."""
+    from hydra import compose, initialize_config_dir
+
+    import train
+    from tests.conftest import ROOT, TINY_RUN
+    from training import guards
+
+    seen: list[float] = []
+    original = guards.SkipStep.skip
+
+    def spy(self, loss, grad_norm):
+        seen.append(grad_norm)
+        return original(self, loss, grad_norm)
+
+    monkeypatch.setattr(guards.SkipStep, "skip", spy)
+    over = [*TINY_RUN, "trainer.max_steps=4", "trainer.gradient_clip_val=0.001", "logger=csv",
+            "optim.guards=[skip_step]", f"run_dir={tmp_path}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        summary = train.run(compose("config", overrides=over))
+    assert summary["status"] == "completed" and len(seen) == 4
+    assert min(seen) > 0.01  # pre-clip: a clipped norm would read 0.001
+
+
 def test_guarded_optimizer_skips_and_clips_real_steps():
     torch.manual_seed(0)
     p = torch.nn.Parameter(torch.randn(8))

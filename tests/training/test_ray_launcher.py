@@ -54,9 +54,7 @@ def job_pids() -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
-def test_a_ray_cluster_sweep_completes_every_run_and_reruns_a_killed_workers_job(
-    cluster, tmp_path
-):
+def test_a_ray_cluster_sweep_completes_every_run_and_reruns_a_killed_workers_job(cluster, tmp_path):
     address, env = cluster
     out = tmp_path / "sweep"
     sweep = subprocess.Popen(

@@ -27,7 +27,7 @@ stream of the run is touched.
 The instruments, off unless named in probes.enabled:
 
     attn_sink          attn/sink[/layer_{i}], attn/first_token/layer_{i}   (instruments.py)
-    massive_act        act_massive[/channel|/token]/layer_{i}              (instruments.py)
+    massive_act        act_massive[/channel|/token|/abs|/count]/layer_{i} (instruments.py)
     outlier_kurtosis   act_kurtosis/layer_{i}                              (instruments.py)
     linear_out         linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}           (instruments.py)
     headroom           headroom/absmax, /fp16, /bf16                       (instruments.py)

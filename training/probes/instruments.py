@@ -2,14 +2,19 @@
 named in ``probes.enabled``; like every probe they leave training bit-identical):
 
 attn/sink/layer_{i}          share of layer i's heads whose attention on the first token,
-                             alpha_h = mean over batch and query rows of p_{r,0}, exceeds 0.3
+                             alpha_h = mean over query rows of p_{r,0}, exceeds 0.3, each
+                             sample of the batch thresholded on its own, then averaged
 attn/sink                    the same share over every layer's heads: Gu et al. 2025's Sink_1
-                             with their threshold epsilon = 0.3 ("When Attention Sink Emerges")
-attn/first_token/layer_{i}   mean over heads of alpha_h
+                             with their threshold epsilon = 0.3 ("When Attention Sink Emerges"),
+                             per sample and averaged over the samples, as they compute it
+attn/first_token/layer_{i}   mean over samples and heads of alpha_h
 act_massive/layer_{i}        max |h| / median |h| over (batch, position, channel) of the block's
                              output h: massive activations sit ~1e3-1e4 x above the median (Sun
                              et al. 2024, "Massive Activations in LLMs")
 act_massive/channel|token/layer_{i}   the channel and the position that max sits on
+act_massive/abs/layer_{i}    max |h| itself
+act_massive/count/layer_{i}  how many activations are massive as Sun et al. define them: |h| >
+                             100 and |h| > 1000 x median |h| (both; the ratio alone is not it)
 act_kurtosis/layer_{i}       Kurt = mean_j(s_j^4) / mean_j(s_j^2)^2 of the neurons' RMS
                              s_j = sqrt(mean_n h_nj^2) over the n = batch x positions rows of
                              h (He et al. 2024, "Understanding and Minimising Outlier Features"):
@@ -41,25 +46,29 @@ from runs import metric_names as names
 from training.probes.forward import ForwardMeasure
 
 SINK_THRESHOLD = 0.3  # Gu et al. 2025's epsilon
+MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0  # Sun et al. 2024's two conditions
 SATURATED = 0.99  # |tanh| or |erf| at or above this: the unit passes 2% of its central slope
 FORMATS = {names.HEADROOM_FP16: torch.float16, names.HEADROOM_BF16: torch.bfloat16}
 
 
 def first_token_attention(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """alpha_h per head, (nh,): the mean over batch and query rows of the attention weight the
-    row puts on the first token (every row sees it, causal or not)."""
+    """alpha_h per sample and head, (B, nh): the mean over query rows of the attention weight
+    the row puts on the first token (every row sees it, causal or not)."""
     p = attention_scores(attn, x, capped=True).softmax(dim=-1)  # (B, nh, T, T)
-    return p[..., 0].mean(dim=(0, 2))
+    return p[..., 0].mean(dim=2)
 
 
-def massive(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(max |h| / median |h|, its channel, its position) for h of shape (B, T, C) or (B, C)."""
+def massive(h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(max |h| / median |h|, its channel, its position, max |h|, how many |h| are massive) for
+    h of shape (B, T, C) or (B, C)."""
     a = h.detach().float().abs()
     a = a if a.dim() == 3 else a.unsqueeze(1)
     top = a.flatten().argmax()
     T, C = a.shape[1], a.shape[2]
-    ratio = a.flatten()[top] / a.median().clamp_min(torch.finfo(torch.float32).tiny)
-    return ratio, top % C, (top // C) % T
+    median = a.median().clamp_min(torch.finfo(torch.float32).tiny)
+    peak = a.flatten()[top]
+    count = ((a > MASSIVE_ABS) & (a > MASSIVE_RATIO * median)).sum()
+    return peak / median, top % C, (top // C) % T, peak, count
 
 
 def neuron_kurtosis(h: torch.Tensor) -> torch.Tensor:
@@ -87,7 +96,8 @@ class PerLayer(ForwardMeasure):
 
 
 class AttnSink(PerLayer):
-    """Attention sinks: per layer the share of heads that put > 0.3 of their weight on token 0."""
+    """Attention sinks: per layer the share of (sample, head) pairs whose head puts > 0.3 of its
+    weight on token 0 in that sample."""
 
     def attach(self, model):
         self.heads: dict[int, torch.Tensor] = {}
@@ -105,7 +115,7 @@ class AttnSink(PerLayer):
         return [block.attn.register_forward_pre_hook(fn)]
 
     def read(self, logits, step):
-        every_head = torch.cat(list(self.heads.values()))
+        every_head = torch.cat([alpha.flatten() for alpha in self.heads.values()])
         return {**self.values, names.ATTN_SINK: (every_head > SINK_THRESHOLD).float().mean()}
 
 
@@ -114,10 +124,12 @@ class MassiveActivations(PerLayer):
 
     def hooks(self, i, block):
         def fn(module, inputs, output):
-            ratio, channel, token = massive(output)
+            ratio, channel, token, peak, count = massive(output)
             self.values[names.per_layer(names.ACT_MASSIVE, i)] = ratio
             self.values[names.per_layer(names.ACT_MASSIVE_CHANNEL, i)] = channel
             self.values[names.per_layer(names.ACT_MASSIVE_TOKEN, i)] = token
+            self.values[names.per_layer(names.ACT_MASSIVE_ABS, i)] = peak
+            self.values[names.per_layer(names.ACT_MASSIVE_COUNT, i)] = count
 
         return [block.register_forward_hook(fn)]
 

@@ -65,7 +65,7 @@ def test_first_token_attention_matches_a_hand_built_map():
     a = math.exp(4.0 / math.sqrt(2))
     sink = sum(a / (a + r) for r in range(T)) / T
     uniform = sum(1 / (r + 1) for r in range(T)) / T  # H_16 / 16 = 0.211
-    torch.testing.assert_close(alpha, torch.tensor([sink, uniform]), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(alpha, torch.tensor([[sink, uniform]]), rtol=1e-6, atol=1e-7)
     # the measure: head 0 is a sink (> 0.3), head 1 is not
     measure, attn = AttnSink(), HandAttention(q, k)
     for handle in measure.attach(SimpleNamespace(blocks=[SimpleNamespace(attn=attn)])):
@@ -76,15 +76,42 @@ def test_first_token_attention_matches_a_hand_built_map():
     assert float(out[names.per_layer(names.ATTN_FIRST, 0)]) == pytest.approx((sink + uniform) / 2)
 
 
+def test_the_sink_share_thresholds_each_sample_as_gu_et_al():
+    """Gu et al. 2025's Sink_1^0.3 is decided per sample, then averaged: one head that is a sink
+    in one sample (alpha ~0.9) and uniform in the other (alpha = H_16 / 16 = 0.211) is a sink in
+    half the samples, 0.5; thresholding the batch's mean alpha (0.56) would say 1.0."""
+    T = 16
+    q = torch.zeros(2, 1, T, 2)
+    q[0, 0, :, 0] = 1.0
+    k = torch.zeros(2, 1, T, 2)
+    k[0, 0, 0, 0] = 4.0  # sample 0 only: key 0 stands out
+    measure, attn = AttnSink(), HandAttention(q, k)
+    for handle in measure.attach(SimpleNamespace(blocks=[SimpleNamespace(attn=attn)])):
+        attn(torch.zeros(1))
+        handle.remove()
+    out = measure.read(None, 0)
+    alpha = first_token_attention(attn, None)[:, 0]
+    assert float(alpha[0]) > 0.3 > float(alpha[1]) and float(alpha.mean()) > 0.3
+    assert float(out[names.ATTN_SINK]) == 0.5
+    assert float(out[names.per_layer(names.ATTN_SINK, 0)]) == 0.5
+
+
 def test_massive_activation_finds_a_planted_outlier():
     g = torch.Generator().manual_seed(0)
     h = torch.randn(2, 5, 7, generator=g)
     h[1, 2, 3] = -900.0
-    ratio, channel, token = massive(h)
-    assert (int(channel), int(token)) == (3, 2)
+    h[0, 1, 1] = 150.0  # over 100 but not 1000 x the median
+    ratio, channel, token, peak, count = massive(h)
+    assert (int(channel), int(token)) == (3, 2) and float(peak) == 900.0
     # torch's median of an even count is the lower middle value
     a = np.sort(np.abs(h.numpy()).ravel())
-    assert float(ratio) == pytest.approx(900.0 / a[(a.size - 1) // 2], rel=1e-6)
+    median = a[(a.size - 1) // 2]
+    assert float(ratio) == pytest.approx(900.0 / median, rel=1e-6)
+    # Sun et al. 2024: massive means |h| > 100 and > 1000 x the median, both
+    assert 150 < 1000 * median < 900 and int(count) == 1
+    # the same shape a hundred times smaller: the ratio is unchanged, nothing is over 100
+    ratio_small, *_, count_small = massive(h / 100)
+    assert float(ratio_small) == pytest.approx(float(ratio), rel=1e-5) and int(count_small) == 0
 
 
 def test_kurtosis_of_the_neurons_rms_by_hand_and_by_numpy():
