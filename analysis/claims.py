@@ -199,11 +199,12 @@ def decide(claims: list[Claim], table: dict, frozen: Any = None) -> list[dict[st
     return judge_finding(Finding("user", "a user's claims", tuple(claims)), table, frozen)
 
 
-def sized(claim: Claim, table: dict) -> Claim:
-    """The claim with its seeds per arm sized on the pilot ``table`` (analysis/power.py)."""
+def sized(claim: Claim, table: dict, tests: int = 1) -> Claim:
+    """The claim with its seeds per arm sized on the pilot ``table`` to pass as one of
+    ``tests`` claims under Holm (analysis/power.py)."""
     from analysis.power import claim_seeds
 
-    return replace(claim, seeds=claim_seeds(claim, table)[0])
+    return replace(claim, seeds=claim_seeds(claim, table, tests)[0])
 
 
 # --- comparisons against a baseline ------------------------------------------------------------

@@ -1,16 +1,19 @@
 """Seeds per arm from a pilot: the power calculation that fixes a claim's ``seeds`` before its
 registry entry is frozen (docs/reproducing.md).
 
-An interval effect needs the n per arm at which an interval centred on the pilot's effect, with
-the pilot's spread, clears the margin with probability POWER at the 95% level:
+Every claim is sized to pass Holm, not only its own test: a finding of m counted claims is
+sized at the one-sided level alpha = 0.025 / m, the level Holm asks of its smallest p (at 6
+seeds a rate's smallest exact p is 0.5^6 = 0.0156: alone it passes, as one of seven claims it
+never could). An interval effect needs the n per arm at which an interval centred on the
+pilot's effect, with the pilot's spread, clears the margin with probability POWER:
 
-    |effect - margin| >= (t(0.975, df) + t(POWER, df)) * sqrt(sum_i (w_i sd_i)^2 / n)
+    |effect - margin| >= (t(1 - alpha, df) + t(POWER, df)) * sqrt(sum_i (w_i sd_i)^2 / n)
 
 (on the logs for a ratio; w the contrast's weights, 1 otherwise; df = arms x (n - 1), n - 1 for
 one arm or a paired difference). A rate needs the n at which, if the true rate is the pilot's,
-its exact (Clopper-Pearson) interval clears the margin with probability POWER. Either is held
-between a floor and a cap: the floor so that no claim is decided on a handful of seeds, the cap
-so that the suite fits its time budget; a claim at the cap says so (its power is lower).
+its exact one-sided binomial p against the margin is <= alpha with probability POWER. Either is
+held between a floor and a cap: the floor so that no claim is decided on a handful of seeds, the
+cap so that the suite fits its time budget; a claim at the cap says so (its power is lower).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from scipy.stats import t as student_t
 
 from analysis import stats
 from analysis.findings.declare import Claim
-from analysis.findings.estimands import estimate
+from analysis.findings.estimands import ALPHA, estimate
 from analysis.findings.select import NoData, Reading, expand
 
 POWER = 0.8
@@ -38,9 +41,11 @@ def interval_seeds(
     scale: str = "linear",
     weights: Sequence[float] = (),
     paired: bool = False,
+    alpha: float = ALPHA,
 ) -> int | None:
-    """The seeds per arm at which the pilot's effect clears ``margin`` with POWER; None when
-    the effect sits on the margin or its spread is unknown (no n would do)."""
+    """The seeds per arm at which the pilot's effect clears ``margin`` with POWER at the
+    one-sided level ``alpha``; None when the effect sits on the margin or its spread is unknown
+    (no n would do)."""
     if scale == "log":
         if effect <= 0 or margin <= 0:
             return None
@@ -53,22 +58,25 @@ def interval_seeds(
     arms = 1 if paired else len(sds)
     for n in range(2, 1001):
         df = arms * (n - 1)
-        needed = student_t.ppf(0.975, df) + student_t.ppf(POWER, df)
+        needed = student_t.ppf(1 - alpha, df) + student_t.ppf(POWER, df)
         if distance >= needed * math.sqrt(spread / n):
             return n
     return None
 
 
-def rate_seeds(rate: float, margin: float, side: str, most: int = 200) -> int | None:
-    """The runs at which an arm whose true rate is ``rate`` has an exact interval on ``side`` of
-    ``margin`` with probability POWER; None when no n up to ``most`` does."""
+def rate_seeds(
+    rate: float, margin: float, side: str, most: int = 200, alpha: float = ALPHA
+) -> int | None:
+    """The runs at which an arm whose true rate is ``rate`` has an exact one-sided binomial p
+    against ``margin`` on ``side`` at or below ``alpha`` with probability POWER (at 0.025 this
+    is its Clopper-Pearson interval clearing the margin); None when no n up to ``most`` does."""
     for n in range(1, most + 1):
-        ok = 0.0
-        for k in range(n + 1):
-            lo, hi = stats.rate_interval(k, n)
-            if (lo >= margin) if side == "above" else (hi <= margin):
-                ok += binom.pmf(k, n, rate)
-        if ok >= POWER:
+        ks = range(n + 1)
+        if side == "above":  # P(X >= k | margin)
+            passing = [k for k in ks if binom.sf(k - 1, n, margin) <= alpha]
+        else:  # P(X <= k | margin)
+            passing = [k for k in ks if binom.cdf(k, n, margin) <= alpha]
+        if sum(binom.pmf(k, n, rate) for k in passing) >= POWER:
             return n
     return None
 
@@ -89,8 +97,9 @@ RATES = ("rate", "pairs")  # one rate against a margin
 FISHER = ("rate2", "split")  # two rates, Fisher's exact test
 
 
-def fisher_seeds(k: list[int], n: list[int], side: str) -> int | None:
-    """The runs per arm at which Fisher's test passes with POWER if the pilot's rates hold."""
+def fisher_seeds(k: list[int], n: list[int], side: str, alpha: float = ALPHA) -> int | None:
+    """The runs per arm at which Fisher's test passes at ``alpha`` with POWER if the pilot's
+    rates hold."""
     from scipy.stats import binom
 
     p = [ki / ni for ki, ni in zip(k, n, strict=True)]
@@ -99,20 +108,20 @@ def fisher_seeds(k: list[int], n: list[int], side: str) -> int | None:
             binom.pmf(a, m, p[0]) * binom.pmf(b, m, p[1])
             for a in range(m + 1)
             for b in range(m + 1)
-            if stats.rate_test(a, m, b, m, side) <= 0.025
+            if stats.rate_test(a, m, b, m, side) <= alpha
         )
         if ok >= POWER:
             return m
     return None
 
 
-def part_seeds(part, effect: dict) -> tuple[int | None, bool]:
-    """(n the effect needs, whether it is a rate)."""
+def part_seeds(part, effect: dict, alpha: float = ALPHA) -> tuple[int | None, bool]:
+    """(n the effect needs at the one-sided level ``alpha``, whether it is a rate)."""
     kind = part.estimand
     if kind in RATES:
-        return rate_seeds(effect["effect"], part.margin, part.side), True
+        return rate_seeds(effect["effect"], part.margin, part.side, alpha=alpha), True
     if kind in FISHER:
-        return fisher_seeds(effect["k"], effect["n"], part.side), True
+        return fisher_seeds(effect["k"], effect["n"], part.side, alpha), True
     if kind == "every":
         return None, False
     margin = (
@@ -120,18 +129,20 @@ def part_seeds(part, effect: dict) -> tuple[int | None, bool]:
     )
     weights = part.weights if kind == "contrast" else ()
     one = kind in ("paired", "mean", "ratio", "slope", "curve_level")  # one spread, n - 1 df
-    n = interval_seeds(effect["effect"], margin, effect["sd"], effect["scale"], weights, one)
+    n = interval_seeds(effect["effect"], margin, effect["sd"], effect["scale"], weights, one, alpha)
     return n, False
 
 
-def claim_seeds(claim: Claim, table: dict) -> tuple[int, str]:
-    """The seeds per arm ``claim`` needs on the pilot ``table`` (the largest any of its
-    effects needs, held between the floor and the cap), and why, effect by effect."""
+def claim_seeds(claim: Claim, table: dict, tests: int = 1) -> tuple[int, str]:
+    """The seeds per arm ``claim`` needs on the pilot ``table`` to pass as one of ``tests``
+    counted claims under Holm (each effect at 0.025 / tests; the largest any effect needs, held
+    between the floor and the cap), and why, effect by effect."""
     needs, said, rate = [], [], False
+    alpha = ALPHA / max(tests, 1)
     for part in claim.parts:
         try:
             for label, one in expand(part, table["rows"]):
-                n, is_rate = part_seeds(one, estimate(one, Reading(claim, table)))
+                n, is_rate = part_seeds(one, estimate(one, Reading(claim, table)), alpha)
                 rate |= is_rate
                 needs.append(n)
                 said.append(f"{label}: {n if n is not None else '-'}")
@@ -144,4 +155,5 @@ def claim_seeds(claim: Claim, table: dict) -> tuple[int, str]:
         n, why = held(None, floor, cap)
     else:
         n, why = held(max(needs), floor, cap)
-    return n, f"{why}; " + "; ".join(said)
+    holm = f" (sized for Holm over {tests} claims)" if tests > 1 else ""
+    return n, f"{why}{holm}; " + "; ".join(said)

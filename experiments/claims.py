@@ -97,7 +97,7 @@ def freeze(sweep_dir: Path, report: dict, entries: list[dict]) -> dict:
     table = user.user_table(report, user.measures_of(entries))
     found = declared(entries, table["rows"], None)
     sized = [
-        user.sized(c, table) if e.get("seeds", user.AUTO) == user.AUTO else c
+        user.sized(c, table, len(found)) if e.get("seeds", user.AUTO) == user.AUTO else c
         for c, e in zip(found, entries, strict=True)
     ]
     seeds = [r["seed"] for r in table["rows"] if isinstance(r["seed"], int)]

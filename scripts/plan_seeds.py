@@ -55,8 +55,9 @@ def seed_plan(pilots: Path) -> list[tuple[str, str, int, str]]:
         if table is None:
             out += [(name, c.id, c.seeds, "no pilot report") for c in finding.claims]
             continue
+        tests = sum(c.counted for c in finding.claims)
         for claim in finding.claims:
-            n, why = power.claim_seeds(claim, table)
+            n, why = power.claim_seeds(claim, table, tests)
             out.append((name, claim.id, n, why))
     return out
 

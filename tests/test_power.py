@@ -56,3 +56,22 @@ def test_held_between_the_floor_and_the_cap() -> None:
     assert power.held(7, 5, 10) == (7, "needs 7")
     assert power.held(72, 6, 12)[0] == 12 and "power below 80%" in power.held(72, 6, 12)[1]
     assert power.held(None, 5, 10)[0] == 10
+
+
+def test_sizing_plans_for_holm_over_the_findings_claims():
+    """A rate of 6 of 6 has exact p 0.5^6 = 0.0156: alone (0.025) it passes, as one of seven
+    claims Holm asks 0.025 / 7 = 0.00357 of the smallest p, which takes 9 of 9 (0.5^9 = 0.00195;
+    0.5^8 = 0.0039 is not enough). An interval needs more seeds at the smaller level too."""
+    assert power.rate_seeds(1.0, 0.5, "above") == 6
+    assert power.rate_seeds(1.0, 0.5, "above", alpha=0.025 / 7) == 9
+    alone = power.interval_seeds(0.3, 0.1, (0.1, 0.1))
+    among_five = power.interval_seeds(0.3, 0.1, (0.1, 0.1), alpha=0.025 / 5)
+    assert among_five > alone
+    # by hand at n = among_five: the distance clears t(1 - 0.005, 2(n - 1)) + t(0.8, 2(n - 1))
+    from scipy.stats import t
+
+    def clears(n: int) -> bool:
+        df = 2 * (n - 1)
+        return (t.ppf(1 - 0.005, df) + t.ppf(0.8, df)) * (0.02 / n) ** 0.5 <= 0.2
+
+    assert clears(among_five) and not clears(among_five - 1)
