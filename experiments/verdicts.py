@@ -34,6 +34,12 @@ def counts(claims: list[dict], key: str) -> str:
     return ", ".join(f"{found.count(s)} {s}" for s in VERDICTS if found.count(s))
 
 
+def gated(verdict: dict) -> str:
+    """What a gated claim's effects measured, shown beside its NOT TESTABLE."""
+    before = verdict.get("before_gate")
+    return f" (measured: {before}, before the gate)" if before else ""
+
+
 def verdict_markdown(record: dict) -> str:
     if record["kind"] == "init_probe":
         what = f"{record['n_runs']} init-probe jobs (scripts/init_probe.py, no training)"
@@ -67,7 +73,7 @@ def verdict_markdown(record: dict) -> str:
         rule = c["rule"] + (f"; departs: {c['departs']}" if c["departs"] else "")
         note = f" {c['note']}" if c["note"] else ""
         cells = [c["id"], statement, rule, effects(c["effects"]) + note, arms(c["arms"]),
-                 f"**{c['status']}**", c["holm_status"], c["mode"]]  # fmt: skip
+                 f"**{c['status']}**" + gated(c), c["holm_status"], c["mode"]]  # fmt: skip
         lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     lines += [
         "",

@@ -98,7 +98,8 @@ def verdict_of(claim: Claim, found: dict[str, dict]) -> str:
         return "not run yet"
     if v.get("hash") != claim_hash(claim):  # decided under another rule: a pilot
         return f"pilot under an earlier rule: {v['status']} (exploratory)"
-    return f"{v['status']} (Holm {v['holm_status']}; {v['mode']})"
+    before = f"; measured {v['before_gate']} before its gate" if v.get("before_gate") else ""
+    return f"{v['status']} (Holm {v['holm_status']}; {v['mode']}{before})"
 
 
 def section(name: str, ledger: list[dict]) -> str:
