@@ -78,8 +78,10 @@ PUBLISHED = ROOT / "docs" / "findings"
 
 def deciding_config(experiment: str, overrides: list[str] | tuple = ()) -> dict[str, Any]:
     """What an experiment's runs are, flat: its resolved config (steps, sizes, data, the
-    reproduce node) without the operational keys, and its grid (the sweeper's params, with the
-    command line's sweep overrides)."""
+    reproduce node) without the operational keys and without the settings left null, and its
+    grid (the sweeper's params, with the command line's sweep overrides). A null setting is off
+    or its default: a feature added later with a null default leaves every frozen hash as it
+    was, while any value an experiment sets is in it."""
     from omegaconf import OmegaConf
 
     from runs.runfiles import flatten
@@ -88,7 +90,11 @@ def deciding_config(experiment: str, overrides: list[str] | tuple = ()) -> dict[
     node = OmegaConf.to_container(compose(experiment, list(overrides)), resolve=False)
     grid = dict((node.pop("hydra", {}).get("sweeper") or {}).get("params") or {})
     grid |= dict(o.split("=", 1) for o in split_overrides(list(overrides))[1])
-    flat = {k: v for k, v in flatten(node).items() if k != "run_dir" and not is_operational(k)}
+    flat = {
+        k: v
+        for k, v in flatten(node).items()
+        if k != "run_dir" and not is_operational(k) and v is not None
+    }
     return flat | {f"grid.{k}": str(v) for k, v in grid.items()}
 
 

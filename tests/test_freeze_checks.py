@@ -126,3 +126,15 @@ def test_overrides_that_change_the_frozen_experiment_make_it_exploratory(
     record["configs"][experiment] = "0" * 16  # as if the yaml had changed since
     frozen_file.write_text(json.dumps(record))
     assert "changed since the freeze" in registry.unfrozen_runs("f2", experiment, [])
+
+
+def test_a_setting_added_at_null_leaves_the_frozen_hash_and_a_value_moves_it(monkeypatch) -> None:
+    """A feature added after a freeze with a null default (off) is not what the frozen runs
+    differ by: the deciding config leaves null settings out, so the hash holds; setting it does
+    change what runs, and the hash."""
+    experiment = FINDINGS["f2"].experiment
+    before = registry.config_hash(experiment)
+    plain = registry.deciding_config(experiment)
+    assert all(v is not None for v in plain.values())
+    assert registry.config_hash(experiment, ["+model.new_feature=null"]) == before
+    assert registry.config_hash(experiment, ["+model.new_feature=0.3"]) != before
