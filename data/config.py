@@ -21,6 +21,10 @@ class TextDataConfig:
     val_batches: int = 8
     val_tokens: int | None = None  # fixed val windows covering this many targets (overrides)
     max_chars: int | None = None
+    # train windows drawn from the first N train tokens only: a dataset-size study at a fixed
+    # step count, with the vocabulary, the val windows and the unigram baseline of the whole
+    # corpus (null: every train token)
+    train_tokens: int | None = None
     encoding: str = "utf-8"  # text_files
     tokenizer: str = "char"  # char | bytes | bpe | <tokenizer.json> | <hub id> (data/tokenizer.py)
     vocab_size: int = 8192  # bpe

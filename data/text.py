@@ -38,6 +38,9 @@ def check_text_config(cfg: TextDataConfig) -> None:
     check_vocab_size(cfg.tokenizer, cfg.vocab_size)
     if cfg.val_tokens is not None and cfg.val_tokens < 1:
         raise ValueError(f"data.val_tokens={cfg.val_tokens} must be >= 1 or null")
+    if cfg.train_tokens is not None and (not isinstance(cfg.train_tokens, int) or
+                                         cfg.train_tokens < 2):  # fmt: skip
+        raise ValueError(f"data.train_tokens={cfg.train_tokens!r} must be an integer >= 2 or null")
     if cfg.streaming:
         if cfg.tokenizer == "char":
             raise ValueError(
@@ -102,10 +105,17 @@ class TextDataModule(StepDataModule):
                 )
         self.cache_path: Path = entry.path
         self.identity = entry.identity  # recorded with the run: a resume checks it
+        self.unigram_loss = unigram_entropy(train, tokenizer.vocab_size)  # the whole corpus's
+        if self.cfg.train_tokens is not None:
+            if not need < self.cfg.train_tokens <= len(train):
+                raise ValueError(
+                    f"data.train_tokens={self.cfg.train_tokens} must lie in ({need}, "
+                    f"{len(train)}]: more than one window (block_size+1), at most the train split"
+                )
+            train = train[: self.cfg.train_tokens]
         self.train_tokens, self.val_tokens = train, val
         # UTF-8 bytes each id stands for: the task turns val/loss into val/bpb with it.
         self.token_bytes = torch.from_numpy(self._bytes_table(tokenizer, entry, val))
-        self.unigram_loss = unigram_entropy(train, tokenizer.vocab_size)
         self.tokenizer = tokenizer
 
     def _bytes_table(self, tokenizer: Tokenizer, entry, val: np.ndarray) -> np.ndarray:

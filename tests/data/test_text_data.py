@@ -333,3 +333,21 @@ def test_config_errors_name_the_fix(tmp_path):
         text_dm(cache, 512, 2, max_chars=2000)
     with pytest.raises(RuntimeError, match="setup"):
         _ = TextDataModule(TextDataConfig(), 8, 2, 0).vocab_size
+
+
+def test_train_tokens_draws_every_window_from_the_first_n_and_keeps_the_rest(cache, pydocs):
+    """data.train_tokens=N: a dataset-size study at a fixed step count. Every train window lies
+    inside the first N train tokens (by the window's own tokens, found in that prefix); the
+    vocabulary, the val windows and the unigram baseline are the whole corpus's."""
+    small = text_dm(cache, train_tokens=500)
+    assert small.vocab == pydocs.vocab and small.unigram_loss == pydocs.unigram_loss
+    for a, b in zip(small.val_dataloader(), pydocs.val_dataloader(), strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    prefix = torch.from_numpy(np.asarray(pydocs.train_tokens[:500], dtype=np.int64))
+    windows = prefix.unfold(0, 33, 1)  # every window of block + 1 tokens inside the prefix
+    for step in range(20):
+        x, y = small.train_batch(step)
+        rows = torch.cat([x, y[:, -1:]], dim=1)
+        assert all((windows == row).all(dim=1).any() for row in rows)
+    with pytest.raises(ValueError, match=r"data.train_tokens=20 must lie in \(33, "):
+        text_dm(cache, train_tokens=20)
