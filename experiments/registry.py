@@ -107,12 +107,18 @@ def config_hash(experiment: str, overrides: list[str] | tuple = ()) -> str:
 
 def unfrozen_runs(finding_name: str, experiment: str, overrides: list[str]) -> str | None:
     """Why a reproduce's runs are not those its freeze covers (its verdicts exploratory), or
-    None: the overrides change the experiment's resolved config, or its yaml changed since the
-    freeze, or it is another size than the frozen one."""
+    None: a claim is declared anew since its freeze (its runs are a pilot until it is frozen
+    again), the overrides change the experiment's resolved config, or its yaml changed since
+    the freeze, or it is another size than the frozen one."""
     record = frozen()
     finding = FINDINGS[ALIASES.get(finding_name, finding_name)]
     if record is None or not any(c.id in record.claims for c in finding.claims):
         return None
+    anew = [c.id for c in finding.claims if c.id in record.claims
+            and record.claims[c.id].get("hash") != claim_hash(c)]  # fmt: skip
+    if anew:
+        return (f"{', '.join(anew)} declared anew since the freeze: a pilot, on the seeds the "
+                f"command gives; freeze {finding_name} again to decide it")  # fmt: skip
     now = config_hash(experiment, overrides)
     if now != config_hash(experiment):
         shown = " ".join(o for o in overrides if "=" in o)

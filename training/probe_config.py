@@ -98,7 +98,7 @@ PROBES: dict[str, ProbeSpec] = {
     ),
     "saturation": ProbeSpec(
         10,
-        "saturation/{norm,attn_cap}/layer_{i}, saturation/final_norm, saturation/logit_cap",
+        "saturation/{norm,ax2,attn_cap}/layer_{i}, saturation/final_norm, saturation/logit_cap",
         "Saturation",
         default_on=False,
     ),

@@ -150,6 +150,13 @@ def norm_saturation(c: Context) -> float | None:
     return sum(last) / len(last) if last else None
 
 
+def verma_saturation(c: Context) -> float | None:
+    """The share of DyT / Derf elements with |a x| > 2 at the last probe (Verma 2026's
+    saturation), the mean over the layers; None without such a norm or the probe."""
+    last = at_layers(c, f"{names.SATURATION}/ax2", -1)
+    return sum(last) / len(last) if last else None
+
+
 def summary_value(c: Context, key: str) -> float | None:
     value = (run_summary(Path(c.run["run_dir"])) or {}).get(key)
     return float(value) if isinstance(value, int | float) else None
@@ -188,7 +195,8 @@ MEASURES: dict[str, Measure] = {
     "update_lead": update_lead,
     "skipped_steps": lambda c: summary_value(c, "skipped_steps"),  # optim.guards skip_step
     "clipped_updates": lambda c: summary_value(c, "clipped_updates"),  # clip_update
-    "norm_saturation": norm_saturation,  # F20: DyT's saturated share at the end
+    "norm_saturation": norm_saturation,  # F20 (before 2026-12-07): |tanh| >= 0.99 at the end
+    "verma_saturation": verma_saturation,  # F20: |a x| > 2 at the end, as Verma 2026
 }
 CURVE_MEASURES = ("final_val_loss", "first_train_loss")  # what a loss-vs-lr curve reads
 PROBE_MEASURES = ("last_fc2", "act_ratio")  # F1: probe.json's per-seed values at init

@@ -31,7 +31,7 @@ The instruments, off unless named in probes.enabled:
     outlier_kurtosis   act_kurtosis/layer_{i}                              (instruments.py)
     linear_out         linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}           (instruments.py)
     headroom           headroom/absmax, /fp16, /bf16                       (instruments.py)
-    saturation         saturation/{norm,attn_cap}/layer_{i}, /final_norm, /logit_cap
+    saturation         saturation/{norm,ax2,attn_cap}/layer_{i}, /final_norm, /logit_cap
     spectral           spectral/..., stable_rank/...                       (weights.py)
     adam_state         adam/{m,v,update}/layer_{i} and /total              (weights.py)
     layer_drop         layer_drop/layer_{i}                                (weights.py)

@@ -29,6 +29,8 @@ headroom/fp16, /bf16         log2(the format's largest finite value / absmax): h
 saturation/norm/layer_{i}    share of the elements of block i's DyT / Derf norms in saturation,
                              |tanh(a x)| or |erf(a x + s)| >= 0.99 (slope <= 2% of the centre's)
 saturation/final_norm        the same for the model's final norm
+saturation/ax2/layer_{i}     share of block i's DyT / Derf elements with |a x (+ s)| > 2, the
+                             measure Verma 2026 reports (tanh(2) = 0.964)
 saturation/attn_cap/layer_{i}   share of attention logits (over the pairs the softmax sees) with
                              |tanh(s / c)| >= 0.99 under a soft-cap c
 saturation/logit_cap         share of output logits with |tanh(z / c)| >= 0.99
@@ -48,6 +50,7 @@ from training.probes.forward import ForwardMeasure
 SINK_THRESHOLD = 0.3  # Gu et al. 2025's epsilon
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0  # Sun et al. 2024's two conditions
 SATURATED = 0.99  # |tanh| or |erf| at or above this: the unit passes 2% of its central slope
+VERMA_AX = 2.0  # Verma 2026's saturation: |a x| > 2
 FORMATS = {names.HEADROOM_FP16: torch.float16, names.HEADROOM_BF16: torch.bfloat16}
 
 
@@ -194,9 +197,21 @@ class Headroom(ForwardMeasure):
 
 def saturated_share(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(saturated elements, elements) of a DyT or Derf norm on its input x."""
-    z = module.alpha * x.detach().float()
-    squashed = torch.tanh(z) if isinstance(module, DyT) else torch.erf(z + module.shift)
+    z = pre_activation(module, x)
+    squashed = torch.tanh(z) if isinstance(module, DyT) else torch.erf(z)
     return (squashed.abs() >= SATURATED).sum(), squashed.numel()
+
+
+def pre_activation(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """a x for DyT, a x + s for Derf: what the squashing function reads."""
+    z = module.alpha * x.detach().float()
+    return z if isinstance(module, DyT) else z + module.shift
+
+
+def verma_share(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(elements with |a x (+ s)| > 2, elements): Verma 2026's saturation."""
+    z = pre_activation(module, x)
+    return (z.abs() > VERMA_AX).sum(), z.numel()
 
 
 class Saturation(ForwardMeasure):
@@ -211,8 +226,13 @@ class Saturation(ForwardMeasure):
             entry[0].append(hit)
             entry[1] += total
 
-        def norm_hook(name: str):
-            return lambda module, args: count(name, *saturated_share(module, args[0]))
+        def norm_hook(name: str, verma: str | None = None):
+            def fn(module, args):
+                count(name, *saturated_share(module, args[0]))
+                if verma is not None:
+                    count(verma, *verma_share(module, args[0]))
+
+            return fn
 
         def capped_attention(name: str):
             def fn(module, args):
@@ -227,8 +247,9 @@ class Saturation(ForwardMeasure):
         handles = []
         for i, block in enumerate(model.blocks):
             layer = names.per_layer(f"{names.SATURATION}/norm", i)
+            verma = names.per_layer(f"{names.SATURATION}/ax2", i)
             handles += [
-                m.register_forward_pre_hook(norm_hook(layer))
+                m.register_forward_pre_hook(norm_hook(layer, verma))
                 for m in block.modules()
                 if isinstance(m, DyT | Derf)
             ]

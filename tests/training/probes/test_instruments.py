@@ -30,6 +30,7 @@ from training.probes.instruments import (
     massive,
     neuron_kurtosis,
     saturated_share,
+    verma_share,
 )
 from training.probes.spikes import SpikeScore, z_score
 from training.probes.weights import AdamState, adam_norms, layer_drop, spectral_norm
@@ -230,6 +231,12 @@ def test_saturation_share_of_dyt_and_derf_by_hand():
     # |erf(x + 1)| >= 0.99 for x + 1 >= 1.822 or <= -1.822: -4, 3, 10 (x=0.5: erf(1.5)=0.966)
     expected = int((np.abs([math.erf(v + 1.0) for v in x.tolist()]) >= 0.99).sum())
     assert [int(v) for v in saturated_share(derf, x)] == [expected, 6]
+    # Verma 2026's share: |a x| > 2 (DyT: -4, 3, 10); Derf's reads a x + s: -4 + 1 = -3, 4, 11
+    assert [int(v) for v in verma_share(dyt, x)] == [3, 6]
+    assert [int(v) for v in verma_share(derf, x)] == [3, 6]
+    with torch.no_grad():
+        dyt.alpha.fill_(0.5)  # a x: -2 (not > 2), 1.5, 5: one
+    assert [int(v) for v in verma_share(dyt, x)] == [1, 6]
 
 
 def test_saturation_on_models_with_dyt_and_soft_caps():
