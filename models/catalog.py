@@ -152,6 +152,7 @@ class ConnectionSpec:
     hyper: bool = True  # n streams and learned coefficients (models/connections.py)
     dynamic: bool = True  # per-token terms from the normed streams (tanh, or linear for mHC)
     manifold: bool = False  # mHC: sigmoid, 2 sigmoid and Sinkhorn on the coefficients
+    lite: bool = False  # mHC-lite: H_res a convex combination of permutations, no Sinkhorn
     paper: str = ""
 
 
@@ -162,6 +163,7 @@ CONNECTIONS: dict[str, ConnectionSpec] = {
         ConnectionSpec("hc", paper="Zhu et al. 2025 (DHC); fracs > 1: Zhu et al. 2025b"),
         ConnectionSpec("shc", dynamic=False, paper="Zhu et al. 2025 (SHC)"),
         ConnectionSpec("mhc", manifold=True, paper="Xie et al. 2025"),
+        ConnectionSpec("mhc_lite", manifold=True, lite=True, paper="mHC-lite, 2026"),
     )
 }
 

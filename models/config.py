@@ -205,6 +205,8 @@ class BlockConfig:
     streams: int = 1  # n, the residual streams (Zhu et al.: 4)
     fracs: int = 1  # m, the fractions of the width
     sinkhorn_iters: int = 20  # mhc: Sinkhorn-Knopp rounds on H_res (Xie et al.: 20)
+    stream_noise: float | None = None  # std of N(0, .) on each stream's B0 at init: the streams'
+    # copy symmetry broken (mHC cannot break it itself; models/connections.py); None: off
     # a simulated low-precision forward: each linear layer's and block's output rounded to
     # SIM_DTYPES' format (straight-through: gradients as if unrounded); None: off
     sim_dtype: str | None = None
@@ -306,6 +308,8 @@ class BlockConfig:
                     f"model.streams={self.streams}, model.fracs={self.fracs}: more streams or "
                     "fractions need a hyper-connection; set model.connection=hc (or shc, mhc)"
                 )
+            if self.stream_noise:
+                raise ValueError("model.stream_noise needs several streams: model.connection=mhc")
             return
         if self.n_embd % self.fracs:
             raise ValueError(
@@ -313,7 +317,11 @@ class BlockConfig:
                 "pick a divisor"
             )
         if spec.manifold and self.fracs != 1:
-            raise ValueError("model.connection=mhc takes one fraction: set model.fracs=1")
+            raise ValueError(f"model.connection={spec.name} takes one fraction: set model.fracs=1")
+        if spec.lite and not 2 <= self.streams <= 5:
+            raise ValueError("model.connection=mhc_lite mixes n! permutations: model.streams 2-5")
+        if self.stream_noise is not None and not self.stream_noise >= 0:
+            raise ValueError(f"model.stream_noise must be >= 0 or null, got {self.stream_noise}")
         if not takes_hyper(get_placement(self.placement.name)):
             fits = ", ".join(name for name, p in PLACEMENTS.items() if takes_hyper(p))
             raise ValueError(

@@ -30,6 +30,18 @@ learn how each sub-layer reads and writes them:
   logits lie ~100 below its column's largest: exp underflows in float32). The
   coefficients come from each stream's row, as the hyper-connections package computes them (the
   paper computes them from the flattened n C vector of all streams). One fraction only.
+- "mhc_lite" (mHC-lite, 2026): mHC with H_res built exactly doubly stochastic, as a convex
+  combination of the n! permutation matrices (Birkhoff-von Neumann), softmax weights from
+  static logits (the identity's 1, the others' 0: normlab's choice) plus per-token logits read
+  from the streams' mean row, with no Sinkhorn iterations; H_pre and H_post as mHC's.
+
+Every stream starts as a copy of the embedding, and a doubly stochastic H_res maps equal streams
+to equal streams: with mHC's equal H_post (B0 = 1 for every stream) nothing in the forward pass
+tells the streams apart, the loss does not depend on H_res, and the streams stay copies (the
+stream-spread probe reads 0; the hyper-connections package's mHC behaves the same).
+``stream_noise`` (model.stream_noise) breaks the symmetry at init: N(0, stream_noise^2) added to
+each stream's static B0 (H_post's logits under mHC), so the streams take the branch in different
+amounts from the first step and can separate.
 
 The RMSNorm inside is x / ||x|| * sqrt(C) * g (no eps), g learned from 1. Every coefficient is
 a 1-D parameter (reshaped in forward) so optimizers treat it like a norm gain: no weight decay,
@@ -38,6 +50,8 @@ C), stream-minor; ``expand`` and ``reduce`` (the sum over streams) bracket the s
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -74,22 +88,35 @@ class HyperConnection(nn.Module):
         index: int,
         spec: ConnectionSpec,
         sinkhorn_iters: int = 20,
+        stream_noise: float | None = None,
     ) -> None:
         super().__init__()
         n, m = streams, fracs
         self.n, self.m, self.k = n, m, dim // m
         self.spec, self.sinkhorn_iters = spec, sinkhorn_iters
-        width = torch.zeros(m, n, m, 1 + n)  # (f, s, g, column)
+        self.cols = 1 if spec.lite else 1 + n  # mHC-lite's H_res comes from its permutations
+        width = torch.zeros(m, n, m, self.cols)  # (f, s, g, column)
         depth = torch.zeros(m, n, m)  # (f, s, g)
         for f in range(m):
             width[f, index % n, f, 0] = 1.0  # A_m0: fraction f of stream (index mod n)
-            width[f, :, f, 1:] = torch.eye(n)  # A_r0 = I
+            if not spec.lite:
+                width[f, :, f, 1:] = torch.eye(n)  # A_r0 = I
             depth[f, :, f] = 1.0  # B0 = 1: fraction f of the branch back to fraction f
+        if stream_noise:  # break the copy symmetry: each stream its own share of the branch
+            depth += stream_noise * torch.randn(m, n, m)
         self.static_width = nn.Parameter(width.flatten())
         self.static_depth = nn.Parameter(depth.flatten())
         self.gain = nn.Parameter(torch.ones(self.k))
+        if spec.lite:
+            perms = [torch.eye(n)[list(p)] for p in itertools.permutations(range(n))]
+            self.register_buffer("perms", torch.stack(perms), persistent=False)  # (n!, n, n)
+            logits = torch.zeros(len(perms))
+            logits[0] = 1.0  # the identity permutation comes first
+            self.static_perm = nn.Parameter(logits)
+            if spec.dynamic:
+                self.dynamic_perm = nn.Parameter(torch.zeros(self.k * len(perms)))
         if spec.dynamic:
-            self.dynamic_width = nn.Parameter(torch.zeros(self.k * m * (1 + n)))
+            self.dynamic_width = nn.Parameter(torch.zeros(self.k * m * self.cols))
             self.dynamic_depth = nn.Parameter(torch.zeros(self.k * m))
             # HC: one s_a for A_m and A_r; mHC: one for H_pre and one for H_res
             self.width_scale = nn.Parameter(torch.full((2 if spec.manifold else 1,), SCALE_INIT))
@@ -98,18 +125,19 @@ class HyperConnection(nn.Module):
     def coefficients(self, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Width (B, T, f, s, g, 1+n) and depth (B, T, f, s, g) coefficients, in float32 (float64
         for a float64 H)."""
-        n, m, k = self.n, self.m, self.k
+        n, m, k, cols = self.n, self.m, self.k, self.cols
         dtype = torch.promote_types(H.dtype, torch.float32)
-        width = self.static_width.to(dtype).view(m, n, m, 1 + n)
+        width = self.static_width.to(dtype).view(m, n, m, cols)
         depth = self.static_depth.to(dtype).view(m, n, m)
+        normed = None
         if self.spec.dynamic:
             normed = F.normalize(H.to(dtype), dim=-1) * k**0.5 * self.gain.to(dtype)
             act = (lambda t: t) if self.spec.manifold else torch.tanh
-            w = act(normed @ self.dynamic_width.to(dtype).view(k, m * (1 + n)))
+            w = act(normed @ self.dynamic_width.to(dtype).view(k, m * cols))
             scale = self.width_scale.to(dtype)
             if self.spec.manifold:  # s_pre on the branch column, s_res on the stream columns
-                scale = torch.cat([scale[:1], scale[1:].expand(n)])
-            width = width + w.unflatten(-1, (m, 1 + n)) * scale
+                scale = torch.cat([scale[:1], scale[1:].expand(cols - 1)])
+            width = width + w.unflatten(-1, (m, cols)) * scale
             d = act(normed @ self.dynamic_depth.to(dtype).view(k, m))  # (B, T, f, s, g)
             depth = depth + d * self.depth_scale.to(dtype)
         else:
@@ -117,11 +145,23 @@ class HyperConnection(nn.Module):
             depth = depth.expand(*H.shape[:2], -1, -1, -1)
         if self.spec.manifold:  # fracs == 1: (B, T, 1, s, 1, 1+n)
             pre = torch.sigmoid(width[..., :1])
-            res = sinkhorn(width[..., 0, 1:], self.sinkhorn_iters)  # (s, s') per token
-            res = res.unsqueeze(-2)
+            if self.spec.lite:
+                res = self.lite_res(normed, H.shape[:2], dtype).unsqueeze(-2)
+            else:
+                res = sinkhorn(width[..., 0, 1:], self.sinkhorn_iters)  # (s, s') per token
+                res = res.unsqueeze(-2)
             width = torch.cat([pre, res], dim=-1)
             depth = 2 * torch.sigmoid(depth)
         return width, depth
+
+    def lite_res(self, normed: torch.Tensor | None, lead: tuple, dtype) -> torch.Tensor:
+        """mHC-lite's H_res per token, (B, T, 1, s, s'): the permutations weighted by a softmax
+        of the static logits plus the streams' mean row's dynamic ones."""
+        logits = self.static_perm.to(dtype).expand(*lead, 1, -1)  # (B, T, f=1, n!)
+        if normed is not None:
+            w = normed.mean(dim=-2) @ self.dynamic_perm.to(dtype).view(self.k, -1)
+            logits = logits + w * self.width_scale.to(dtype)[1:]
+        return torch.einsum("btfp,pij->btfij", logits.softmax(-1), self.perms.to(dtype))
 
     def streams_of(self, x: torch.Tensor) -> torch.Tensor:
         """(B n, T, C) -> (B, T, f, s, k)."""

@@ -388,6 +388,7 @@ class Block(nn.Module):
                 2 * (layer - 1) + k,
                 get_connection(cfg.connection),
                 cfg.sinkhorn_iters,
+                cfg.stream_noise,
             )  # fmt: skip
             for k in (0, 1)
         )

@@ -26,6 +26,7 @@ ATTN_FIRST = "attn/first_token"  # per layer: mean over heads of that attention
 ACT_MASSIVE = "act_massive"  # per layer: max |h| / median |h| of the block's output
 ACT_MASSIVE_CHANNEL = "act_massive/channel"  # per layer: the channel the max sits on
 ACT_MASSIVE_TOKEN = "act_massive/token"  # per layer: the position it sits on
+STREAM_SPREAD = "streams/spread"  # per layer: the residual streams' spread (model.streams > 1)
 ACT_MASSIVE_ABS = "act_massive/abs"  # per layer: max |h| itself
 ACT_MASSIVE_COUNT = "act_massive/count"  # per layer: |h| > 100 and > 1000 x median |h| (Sun et al.)
 ACT_KURTOSIS = "act_kurtosis"  # per layer: kurtosis of the neurons' RMS (He et al. 2024)

@@ -105,14 +105,14 @@ def check_option_key(group: str, sub: str, arg: str, args: Sequence[str], conf: 
 
 # Model keys that act under some connections only (models/catalog.py's CONNECTIONS): in a sweep
 # across model.connection, the jobs of the others run them at their model option's default.
-CONNECTION_KEYS = ("streams", "fracs", "sinkhorn_iters")
+CONNECTION_KEYS = ("streams", "fracs", "sinkhorn_iters", "stream_noise")
 
 
 def connection_uses(sub: str, connection: str) -> bool:
     from models.catalog import get_connection
 
     spec = get_connection(connection)
-    return spec.manifold if sub == "sinkhorn_iters" else spec.hyper
+    return (spec.manifold and not spec.lite) if sub == "sinkhorn_iters" else spec.hyper
 
 
 def check_connection_key(sub: str, args: Sequence[str]) -> str:

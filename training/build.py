@@ -109,7 +109,10 @@ def build_callbacks(run: RunConfig, run_dir: Path, settings: dict) -> list[Callb
     if run.trainer.enable_progress_bar:
         callbacks.append(step_progress(run_name(run), run.max_steps))
     callbacks.append(WandbMetrics())
-    callbacks += probe_callbacks(run.probes)
+    probes = run.probes
+    if getattr(run.model, "streams", 1) > 1 and "stream_spread" not in probes.enabled:
+        probes = dataclasses.replace(probes, enabled=[*probes.enabled, "stream_spread"])
+    callbacks += probe_callbacks(probes)
     callbacks.append(Divergence(run.divergence))  # after the probes: it may clear their gradient
     if run.trainer.enable_checkpointing:
         every = run.checkpoint.every_n_steps or default_every_n_steps(run.max_steps)

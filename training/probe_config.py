@@ -96,6 +96,9 @@ PROBES: dict[str, ProbeSpec] = {
     "headroom": ProbeSpec(
         10, "headroom/absmax, headroom/fp16, headroom/bf16", "Headroom", default_on=False
     ),
+    # on by default, and added to any enabled list of a multi-stream run (training/build.py):
+    # it measures nothing with one stream
+    "stream_spread": ProbeSpec(10, "streams/spread/layer_{i}", "StreamSpread"),
     "saturation": ProbeSpec(
         10,
         "saturation/{norm,ax2,attn_cap}/layer_{i}, saturation/final_norm, saturation/logit_cap",

@@ -119,16 +119,24 @@ VERMA = "Verma 2026"
 VERMA_SIZE = ("500 steps of a 0.22M-parameter GPT on 3,546 or 418,544 train characters (144 "
               "and 1.2 passes); the paper's 64M model trained 5,000 steps on 1M or 118M tokens "
               "(164 and 1.4 passes)")
+DYT_WHOLE, DYT_SMALL = {**DYT, DATA: WHOLE_DATA}, {**DYT, DATA: SMALL_DATA}
+LN_WHOLE, LN_SMALL = {**pre("layernorm"), DATA: WHOLE_DATA}, {**pre("layernorm"), DATA: SMALL_DATA}
+FINAL = "final_val_loss"  # Verma compares the validation loss at the end of training
 F20 = Finding("f20_dyt_data", "F20: DyT against LayerNorm as the dataset grows", (
-    C("F20a", "At a fixed step count DyT's loss relative to LayerNorm's is worse on a 118x "
+    C("F20a", "At a fixed step count DyT's final loss relative to LayerNorm's is worse on a 118x "
       "larger dataset than on the small one", VERMA,
-      P("contrast", ({**DYT, DATA: WHOLE_DATA}, {**pre("layernorm"), DATA: WHOLE_DATA},
-                     {**DYT, DATA: SMALL_DATA}, {**pre("layernorm"), DATA: SMALL_DATA}),
-        0.0, "above", weights=(1, -1, -1, 1)), lr="fixed", seeds=10, departs=VERMA_SIZE),
+      P("contrast", (DYT_WHOLE, LN_WHOLE, DYT_SMALL, LN_SMALL), 0.0, "above",
+        weights=(1, -1, -1, 1), measure=FINAL), lr="fixed", seeds=10, departs=VERMA_SIZE),
     C("F20b", "At a fixed step count a smaller share of DyT's units saturates (|a x| > 2) on the "
       "118x larger dataset", VERMA,
-      P("ratio2", ({**DYT, DATA: WHOLE_DATA}, {**DYT, DATA: SMALL_DATA}), 1.0, "below",
-        measure="verma_saturation"), lr="fixed", seeds=10, departs=VERMA_SIZE),
+      P("ratio2", (DYT_WHOLE, DYT_SMALL), 1.0, "below", measure="verma_saturation"),
+      lr="fixed", seeds=10, departs=VERMA_SIZE),
+    C("F20c", "On the small dataset DyT ends below LayerNorm", VERMA,
+      P("diff", (DYT_SMALL, LN_SMALL), 0.0, "below", measure=FINAL), lr="fixed", seeds=10,
+      departs=VERMA_SIZE),
+    C("F20d", "On the 118x larger dataset DyT ends above LayerNorm", VERMA,
+      P("diff", (DYT_WHOLE, LN_WHOLE), 0.0, "above", measure=FINAL), lr="fixed", seeds=10,
+      departs=VERMA_SIZE),
 ), plots=("loss_curves.png",))
 
 SIGMA = "model.sigma_reparam"

@@ -31,6 +31,7 @@ The instruments, off unless named in probes.enabled:
     outlier_kurtosis   act_kurtosis/layer_{i}                              (instruments.py)
     linear_out         linear_out/{q,k,v,proj,fc1,fc2}/layer_{i}           (instruments.py)
     headroom           headroom/absmax, /fp16, /bf16                       (instruments.py)
+    stream_spread      streams/spread/layer_{i}                             (instruments.py)
     saturation         saturation/{norm,ax2,attn_cap}/layer_{i}, /final_norm, /logit_cap
     spectral           spectral/..., stable_rank/...                       (weights.py)
     adam_state         adam/{m,v,update}/layer_{i} and /total              (weights.py)

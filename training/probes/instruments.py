@@ -31,6 +31,10 @@ saturation/norm/layer_{i}    share of the elements of block i's DyT / Derf norms
 saturation/final_norm        the same for the model's final norm
 saturation/ax2/layer_{i}     share of block i's DyT / Derf elements with |a x (+ s)| > 2, the
                              measure Verma 2026 reports (tanh(2) = 0.964)
+streams/spread/layer_{i}     a multi-stream run's (model.streams > 1) spread of its residual
+                             streams after block i: ||H_s - mean_s H|| / ||mean_s H|| over the
+                             batch, positions and channels. 0 while every stream is a copy of
+                             the others (mHC's init: its streams cannot separate by themselves)
 saturation/attn_cap/layer_{i}   share of attention logits (over the pairs the softmax sees) with
                              |tanh(s / c)| >= 0.99 under a soft-cap c
 saturation/logit_cap         share of output logits with |tanh(z / c)| >= 0.99
@@ -166,6 +170,31 @@ class LinearOutputs(PerLayer):
         return [block.attn.register_forward_pre_hook(qkv)] + [
             module.register_forward_hook(output_of(name)) for module, name in pairs
         ]
+
+
+def stream_spread(h: torch.Tensor, streams: int) -> torch.Tensor:
+    """||H_s - mean_s H|| / ||mean_s H|| for h = (B n, T, C), the n streams stream-minor."""
+    H = h.detach().float().unflatten(0, (-1, streams))  # (B, n, T, C)
+    mean = H.mean(dim=1, keepdim=True)
+    return (H - mean).norm() / (mean.norm() * streams**0.5).clamp_min(1e-30)
+
+
+class StreamSpread(PerLayer):
+    """How far a multi-stream model's residual streams are from copies of each other."""
+
+    def attach(self, model):
+        self.streams = getattr(getattr(model, "cfg", None), "streams", 1)
+        return super().attach(model) if self.streams > 1 else []
+
+    def hooks(self, i, block):
+        def fn(module, inputs, output):
+            spread = stream_spread(output, self.streams)
+            self.values[names.per_layer(names.STREAM_SPREAD, i)] = spread
+
+        return [block.register_forward_hook(fn)]
+
+    def read(self, logits, step):
+        return dict(self.values) if self.streams > 1 else {}
 
 
 class Headroom(ForwardMeasure):

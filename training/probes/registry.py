@@ -25,7 +25,7 @@ FORWARD_MEASURES = (
     measures.ActNorm, measures.ActMax, measures.BlockCos, measures.LogZ, measures.ModelUpdate,
     attention.MaxAttnLogit, attention.AttnEntropy, instruments.AttnSink,
     instruments.MassiveActivations, instruments.OutlierKurtosis, instruments.LinearOutputs,
-    instruments.Headroom, instruments.Saturation,
+    instruments.Headroom, instruments.Saturation, instruments.StreamSpread,
 )  # fmt: skip
 MEASURES = {m.__name__: m for m in FORWARD_MEASURES}
 
