@@ -22,7 +22,7 @@ from models.catalog import (
     get_connection,
     get_norm,
 )
-from models.placement import PLACEMENTS, Placement, get_placement
+from models.placement import PLACEMENTS, get_placement, takes_hyper
 
 if TYPE_CHECKING:
     from torch import nn
@@ -205,8 +205,7 @@ class BlockConfig:
     streams: int = 1  # n, the residual streams (Zhu et al.: 4)
     fracs: int = 1  # m, the fractions of the width
     sinkhorn_iters: int = 20  # mhc: Sinkhorn-Knopp rounds on H_res (Xie et al.: 20)
-    stream_noise: float | None = None  # std of N(0, .) on each stream's B0 at init: the streams'
-    # copy symmetry broken (mHC cannot break it itself; models/connections.py); None: off
+    stream_noise: float | None = None  # N(0, s^2) on each stream's B0 at init (connections.py)
     # a simulated low-precision forward: each linear layer's and block's output rounded to
     # SIM_DTYPES' format (straight-through: gradients as if unrounded); None: off
     sim_dtype: str | None = None
@@ -356,19 +355,6 @@ class BlockConfig:
                 "CompleteP's branch multiplier replaces: use init=xavier (or ds) with "
                 "param=completep"
             )
-
-
-def takes_hyper(placement: Placement) -> bool:
-    """Whether a hyper-connection can replace this placement's residual sums: a residual block,
-    the same in every layer, no norm after the sum, and a plain unit skip."""
-    return (
-        placement.block == "residual"
-        and placement.layers is None
-        and placement.attn_slots[2] == placement.mlp_slots[2] == "none"
-        and placement.residual == "scale"
-        and not placement.uses_deepnorm_scales
-        and placement.input_skip == 0
-    )
 
 
 @dataclass(kw_only=True)

@@ -260,3 +260,16 @@ def resolve_scales(
     a = placement.alpha(n_layer, kind) if alpha is None else float(alpha)
     b = placement.beta(n_layer, kind) if beta is None else float(beta)
     return a, b
+
+
+def takes_hyper(placement: Placement) -> bool:
+    """Whether a hyper-connection can replace this placement's residual sums: a residual block,
+    the same in every layer, no norm after the sum, and a plain unit skip."""
+    return (
+        placement.block == "residual"
+        and placement.layers is None
+        and placement.attn_slots[2] == placement.mlp_slots[2] == "none"
+        and placement.residual == "scale"
+        and not placement.uses_deepnorm_scales
+        and placement.input_skip == 0
+    )

@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +16,16 @@ import pytest
 import models.gpt
 import train
 from training.errors import Interrupted
+
+TRAIN_ENV = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def train_py(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python train.py ARGS`` from the checkout, offline, its output captured."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "train.py", *args]
+    return subprocess.run(cmd, cwd=root, env=TRAIN_ENV, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 def fake_run(path: Path, config: str, metrics: str, summary: dict) -> Path:
