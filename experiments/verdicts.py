@@ -168,12 +168,16 @@ def publish(out: Path, dest: Path, finding: str, plots: tuple[str, ...], stem: s
         before = {}
     before = before if isinstance(before, dict) else {}
     held = before.get("finding") or published_finding(dest)
-    if held not in (None, finding) or before.get("experiment") not in (None, experiment):
+    other = before.get("experiment") not in (None, experiment)
+    if held not in (None, finding) or (held is None and other):
         owner = held or f"experiment={before['experiment']}"
         raise SystemExit(
             f"error: {dest} holds the published {owner}; publish {finding} into its own "
             f"directory (e.g. --publish {dest.parent / finding})"
         )
+    if other:  # the same finding, re-declared on another experiment
+        print(f"note: {dest} held {finding} from experiment={before['experiment']}; its files "
+              f"are replaced by experiment={experiment}'s (git keeps the old ones)")  # fmt: skip
     shown = [name for name in plots if (out / "report" / name).is_file()]
     cards = [CARDS] if (out / CARDS).is_file() else []
     files = [*PUBLISHES, *cards, *(f"report/{n}" for n in shown)]

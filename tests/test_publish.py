@@ -120,3 +120,18 @@ def test_reproduce_on_a_sweep_dir_with_a_cut_verdict_is_one_line(tmp_path, monke
     (out / "verdict.json").write_text('{"finding": "f2", "wall')
     with pytest.raises(SystemExit, match="cannot be read"):
         reproduce.main(["f2", "--out", str(out), *F2_SMALL])
+
+
+def test_a_finding_re_declared_on_another_experiment_replaces_its_published_files(
+    tmp_path, capsys
+) -> None:
+    """The same finding from a new experiment (a re-declaration) replaces the old publish, with a
+    note naming both experiments; another finding is still refused (above)."""
+    out = sweep_out(tmp_path)
+    dest = tmp_path / "docs" / "f6"
+    published(dest, "f6", "f6_old_design", ["verdict.json", "report/lr_sweep.png"])
+    publish(out, dest, "f6", ("lr_sensitivity.png",), "verdict")
+    assert "held f6 from experiment=f6_old_design" in capsys.readouterr().out
+    manifest = json.loads((dest / PUBLISHED).read_text())
+    assert manifest["experiment"] == "f6_lr_sensitivity"
+    assert json.loads((dest / "verdict.json").read_text()) != {"finding": "f6"}
