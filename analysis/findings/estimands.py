@@ -110,6 +110,13 @@ def log_best_lr(curve: dict[float, float]) -> float:
     return min(max(vertex, x0), x2)
 
 
+def at_edge(curve: dict[float, float]) -> bool:
+    """Whether the curve's best lr is the grid's smallest or largest: the optimum may lie past
+    it, so log_best_lr is censored there (it returns the edge rate, not the optimum)."""
+    lrs = sorted(curve)
+    return min(curve, key=curve.get) in (lrs[0], lrs[-1])
+
+
 SPAN_WITHIN = 0.10  # "similar loss": within this of the curve's best (F13c)
 CURVE_STATS = {
     "sensitivity": sensitivity,  # Wortsman et al. 2023: E_lr[l(lr) - l*]
@@ -216,11 +223,15 @@ def estimate(part: Part, reading: Reading) -> dict[str, Any]:
                 "scale": "linear", "outcome": "PASS" if all(inside) else "FAIL",
                 "p_pass": None, "p_fail": None}  # fmt: skip
     if kind.startswith("curve"):
-        stat = [curve_stat(part, seed_curves(r, n)) for r, n in zip(runs, names, strict=True)]
+        curves = [seed_curves(r, n) for r, n in zip(runs, names, strict=True)]
+        stat = [curve_stat(part, c) for c in curves]
         ci = {"curve": lambda: stats.diff_interval(*stat),
               "curve_ratio": lambda: stats.ratio_interval(*stat),
               "curve_level": lambda: stats.mean_interval(stat[0])}[kind]()  # fmt: skip
-        return interval_effect(ci, part)
+        out = interval_effect(ci, part)
+        if part.stat == "log_best_lr":  # an optimum at the grid's edge is censored there
+            out["censored"] = [sum(at_edge(c) for c in arm) for arm in curves]
+        return out
     if kind == "slope":
         per_x = {x: by_seed(matching(runs[0], {part.over: x}), part.measure)
                  for x in key_values(runs[0], part.over)}  # fmt: skip

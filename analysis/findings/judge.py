@@ -82,6 +82,18 @@ def untrained(reading: Reading) -> str | None:
     return None
 
 
+def censored(effects: dict[str, dict]) -> str | None:
+    """Why a claim on where an optimum sits cannot be decided: a seed's best rate at the grid's
+    edge, where the true optimum may lie past it (its interval would be too narrow)."""
+    edges = {name: e["censored"] for name, e in effects.items() if sum(e.get("censored", ()))}
+    if not edges:
+        return None
+    said = "; ".join(f"{'/'.join(map(str, k))} of {'/'.join(map(str, e['n']))} seeds"
+                     for k, e in ((v, effects[n]) for n, v in edges.items()))  # fmt: skip
+    return (f"a best rate at the grid's edge ({said}): the optimum may lie past it; widen the "
+            "grid (reproduce.widen) to decide it")
+
+
 def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
     reading = Reading(claim, table)
     verdict: dict[str, Any] = {
@@ -97,7 +109,7 @@ def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
             for name, one in expand(part, reading.rows):
                 verdict["effects"][name] = estimate(one, reading)
         verdict["status"] = combine(verdict["effects"])
-        why = absent or untrained(reading)
+        why = absent or untrained(reading) or censored(verdict["effects"])
         if why:
             verdict["before_gate"], verdict["status"] = verdict["status"], "NOT TESTABLE"
             reading.notes.insert(0, f"NOT TESTABLE: {why}")
