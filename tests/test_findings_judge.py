@@ -11,7 +11,7 @@ import pytest
 import scipy.stats as sp
 
 from analysis.findings.declare import MAX, MIN, REF_LR, Claim, Finding, Gate, Part
-from analysis.findings.judge import judge_claim, judge_finding
+from analysis.findings.judge import VERDICTS, judge_claim, judge_finding
 
 
 def rows(arm: dict, values: list, outcome: str = "trained", measure: str = "best_val_loss",
@@ -316,3 +316,10 @@ def test_log_best_lr_is_the_parabolas_vertex_between_grid_points() -> None:
     ref = sp.ttest_ind([-1.9, -2.1], [-2.45, -2.55], equal_var=False).confidence_interval(0.95)
     assert e["effect"] == pytest.approx(0.5)
     assert (e["lo"], e["hi"]) == pytest.approx((ref.low, ref.high), rel=1e-5)
+    # one seed whose optimum lies past the grid (x* = -0.5 > -1): censored, NOT TESTABLE, its
+    # measured verdict kept beside
+    past = arm(128, [-2.45, -0.5])
+    verdict = judge_claim(claim(part, lr="curve"), table(narrow, past))
+    assert only(verdict)["censored"] == [0, 1]
+    assert verdict["status"] == "NOT TESTABLE" and verdict["before_gate"] in VERDICTS
+    assert "grid's edge (0/1 of 2/2 seeds)" in verdict["note"]
