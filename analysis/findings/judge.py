@@ -90,8 +90,10 @@ def censored(effects: dict[str, dict]) -> str | None:
         return None
     said = "; ".join(f"{'/'.join(map(str, k))} of {'/'.join(map(str, e['n']))} seeds"
                      for k, e in ((v, effects[n]) for n, v in edges.items()))  # fmt: skip
-    return (f"a best rate at the grid's edge ({said}): the optimum may lie past it; widen the "
-            "grid (reproduce.widen) to decide it")
+    return (
+        f"a best rate at the grid's edge ({said}): the optimum may lie past it; widen the "
+        "grid (reproduce.widen) to decide it"
+    )
 
 
 def judge_claim(claim: Claim, table: dict) -> dict[str, Any]:
