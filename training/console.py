@@ -47,6 +47,8 @@ def header_line(run, model: nn.Module, unit: str, summary: dict) -> str:
         qk += f" m_L={p.depth_mult(cfg.n_layer):g}" if p.scales_depth else ""
     if cfg.connection != "residual":  # hyper-connections replace the residual sum
         qk += f" {cfg.connection} n={cfg.streams}" + (f"/{cfg.fracs}" if cfg.fracs > 1 else "")
+    for role, mult in run.optim.lr_mults.items():  # lr multipliers by role (training/optim.py)
+        qk += f" {role} lr x{mult:g}" if mult != 1.0 else ""
     threads = torch.get_num_threads()
     return (
         f"{run_name(run)}: {run.model_name} {cfg.placement.name}/{cfg.norm.name}{qk} "

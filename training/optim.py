@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import torch
 from torch import nn
 
+from models.param import FIXED, Scales
 from training.optim_config import (
     OptimConfig,
 )
@@ -40,17 +41,42 @@ def run_closure(closure: Callable[[], torch.Tensor] | None) -> torch.Tensor | No
         return closure()
 
 
+# Each parameter's role, by its name: the input embeddings (token and position tables, ViT's
+# patch embedding and class token), the readout (lm_head, the ViT's head) and every other one.
+ROLES = {
+    "emb": ("tok_emb.", "pos_emb", "patch_embed.", "cls_token"),
+    "readout": ("lm_head.", "head."),
+}
+
+
+UNSCALED = Scales(FIXED, in_blocks=False)  # a parameter no parametrization scales
+
+
+def role_of(name: str) -> str:
+    return next((r for r, starts in ROLES.items() if name.startswith(starts)), "hidden")
+
+
 def param_groups(model: nn.Module, cfg: OptimConfig, adam_eps: bool = False) -> list[dict]:
     """Decay matrices and embeddings (>=2-D) by ``cfg.decay_per_lr``; leave biases and norm
-    gains (1-D) alone. Under muP or CompleteP (``model.param_scales``, models/param.py) each of
-    the two is split by its parameters' multipliers: the group's lr (the schedule's LambdaLR
-    multiplies it), its weight decay and, for an Adam-type optimizer (``adam_eps``), its eps;
-    ``lr_scale`` records the lr multiplier."""
+    gains (1-D) alone. Under muP or CompleteP (``model.param_scales``, models/param.py), or with
+    an lr multiplier by role (``optim.emb_lr_mult`` and its siblings), each of the two is split
+    by its parameters' multipliers: the group's lr (the schedule's LambdaLR multiplies it), its
+    weight decay and, for an Adam-type optimizer (``adam_eps``), its eps; ``lr_scale`` records
+    the lr multiplier."""
     params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     decay = [(n, p) for n, p in params if p.ndim >= 2]  # tied weights appear once
     no_decay = [(n, p) for n, p in params if p.ndim < 2]
     scales = getattr(model, "param_scales", None) or {}
-    if all(s.lr == s.weight_decay == s.eps == 1.0 for s in scales.values()):
+    mults = cfg.lr_mults
+    tied = getattr(getattr(model, "cfg", None), "tie_weights", False)
+    if tied and "lm_head.weight" not in dict(params) and mults["emb"] != mults["readout"]:
+        raise ValueError(
+            "optim.emb_lr_mult and optim.readout_lr_mult differ, and the readout is the token "
+            "embedding (model.tie_weights=true): set model.tie_weights=false, or one multiplier"
+        )
+    if all(s.lr == s.weight_decay == s.eps == 1.0 for s in scales.values()) and set(
+        mults.values()
+    ) == {1.0}:
         return [
             {"params": [p for _, p in decay], "weight_decay": cfg.decay_per_lr},
             {"params": [p for _, p in no_decay], "weight_decay": 0.0},
@@ -58,13 +84,15 @@ def param_groups(model: nn.Module, cfg: OptimConfig, adam_eps: bool = False) -> 
     groups: dict[tuple, dict] = {}
     for decays, members in ((True, decay), (False, no_decay)):
         for name, p in members:
-            s = scales[name]
-            key = (decays, s.lr, s.weight_decay, s.eps)
+            s = scales.get(name) or UNSCALED
+            mult = mults[role_of(name)]
+            key = (decays, s.lr, mult, s.weight_decay, s.eps)
             if key not in groups:
                 groups[key] = {
                     "params": [],
-                    "lr": cfg.lr * s.lr,
-                    "lr_scale": s.lr,
+                    "lr": cfg.lr * s.lr * mult,
+                    "lr_scale": s.lr * mult,
+                    "lr_mult": mult,  # the role's multiplier alone (Muon's AdamW half reads it)
                     "weight_decay": cfg.decay_per_lr * s.weight_decay if decays else 0.0,
                 }
                 if adam_eps:
@@ -174,16 +202,17 @@ def build_muon(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
         )
     matrices = hidden_matrices(model)
     chosen = {id(p) for p in matrices}
-    rest = [
+    rest = [  # muP's per-parameter lr stays out of Muon's AdamW half; the roles' multipliers in
         {
             "params": [p for p in g["params"] if id(p) not in chosen],
             "weight_decay": g["weight_decay"],
+            **({"lr": cfg.lr * g["lr_mult"]} if g.get("lr_mult", 1.0) != 1.0 else {}),
         }
         for g in param_groups(model, cfg)
     ]
     muon = torch.optim.Muon(
         matrices,
-        lr=cfg.lr,
+        lr=cfg.lr * cfg.lr_mults["hidden"],  # the Blocks' matrices are hidden
         weight_decay=cfg.decay_per_lr,
         momentum=cfg.momentum,
         nesterov=cfg.nesterov,

@@ -19,8 +19,9 @@ from runs.errors import ConfigError
 # never recorded as if it changed something.
 SCHEDULE_KEYS = (
     "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
-    "z_loss", "independent_wd", "guards",
+    "z_loss", "independent_wd", "guards", "emb_lr_mult", "readout_lr_mult", "hidden_lr_mult",
 )  # fmt: skip
+LR_MULTS = ("emb_lr_mult", "readout_lr_mult", "hidden_lr_mult")  # by role, training/optim.py
 GUARD_NAMES = ("skip_step", "clip_update")  # training/guards.py
 OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
     "adamw": ("betas", "eps", "fused"),
@@ -84,12 +85,24 @@ class OptimConfig:
     # guards around the step, the spike interventions (training/guards.py): skip_step
     # (OLMo-core's 6-sigma skip), clip_update (Levanter's 3-sigma update-norm clipping)
     guards: list[str] = dataclasses.field(default_factory=list)
+    # the lr of each role's parameters times this (Kalra & Barkeshli 2026: SP's embedding lr
+    # raised by the width factor transfers like muP): the input embeddings, the readout, every
+    # other parameter; None: 1
+    emb_lr_mult: float | None = None
+    readout_lr_mult: float | None = None
+    hidden_lr_mult: float | None = None
 
     def read(self) -> dict:
         """The settings this config's optimizer reads (what a run records as its optim)."""
         keys = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ()))
         unset = () if self.guards else ("guards",)  # a run without guards records none
+        unset += tuple(k for k in LR_MULTS if getattr(self, k) is None)  # nor unset multipliers
         return {k: v for k, v in dataclasses.asdict(self).items() if k in keys and k not in unset}
+
+    @property
+    def lr_mults(self) -> dict[str, float]:
+        """role -> its lr multiplier (1 where unset)."""
+        return {k.split("_")[0]: getattr(self, k) or 1.0 for k in LR_MULTS}
 
     @property
     def decay_per_lr(self) -> float:
@@ -118,6 +131,10 @@ class OptimConfig:
             raise ValueError(
                 f"unknown optim.schedule '{self.schedule}'; choose one of: {', '.join(SCHEDULES)}"
             )
+        for key in LR_MULTS:
+            value = getattr(self, key)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"optim.{key} must be > 0 or null (1), got {value!r}")
         if not self.z_loss >= 0.0:
             raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
         numbers = {"lr": self.lr, "weight_decay": self.weight_decay, "eps": self.eps,

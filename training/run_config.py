@@ -152,6 +152,12 @@ def read_tree(cfg: DictConfig) -> RunConfig:
             f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches} the optimizer sees "
             "only the last micro-batch's: drop skip_step, or set trainer.accumulate_grad_batches=1"
         )
+    emb, readout = (cfg.optim.get(k) or 1.0 for k in ("emb_lr_mult", "readout_lr_mult"))
+    if emb != readout and model.get("tie_weights"):
+        raise ConfigError(
+            "optim.emb_lr_mult and optim.readout_lr_mult differ, and the readout is the token "
+            "embedding (model.tie_weights=true): set model.tie_weights=false, or one multiplier"
+        )
     if param.name != "sp" and cfg.optim.name not in ADAM_TYPE:
         raise ConfigError(
             f"param={param.name} scales Adam-type learning rates; optim={cfg.optim.name} would "

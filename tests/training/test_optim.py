@@ -178,3 +178,45 @@ def test_with_weight_norm_muon_takes_the_directions_and_adamw_the_magnitudes():
     on_adam = {names[id(p)] for g in adam.param_groups for p in g["params"]}
     assert on_muon and all(n.endswith("original1") for n in on_muon)  # the directions v
     assert sum(n.endswith("original0") for n in on_adam) == len(on_muon)  # every magnitude g
+
+
+def test_lr_multipliers_by_role_reach_adamws_and_muons_groups() -> None:
+    """optim.emb_lr_mult / readout_lr_mult / hidden_lr_mult: read back from the optimizer, each
+    parameter's lr is optim.lr times its role's multiplier, under AdamW and under Muon (whose
+    Blocks' matrices are hidden, and whose AdamW half takes the embeddings and the readout)."""
+    import torch
+
+    from models.gpt import GPT, GPTConfig
+    from training.optim import build_adamw, build_muon, role_of
+    from training.optim_config import OptimConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=23, block_size=8, n_layer=2, n_head=2, n_embd=16,
+                          tie_weights=False))  # fmt: skip
+    mults = {"emb": 4.0, "readout": 0.5, "hidden": 2.0}
+    cfg = OptimConfig(lr=1e-3, emb_lr_mult=4.0, readout_lr_mult=0.5, hidden_lr_mult=2.0)
+    assert cfg.lr_mults == mults and cfg.read()["emb_lr_mult"] == 4.0
+    assert "emb_lr_mult" not in OptimConfig().read()  # an unset multiplier records nothing
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {role_of(n) for n in names.values()} == {"emb", "readout", "hidden"}
+    for opt in (build_adamw(model, cfg), build_muon(model, cfg)):
+        parts = getattr(opt, "parts", [opt])
+        lr_of = {id(p): g["lr"] for o in parts for g in o.param_groups for p in g["params"]}
+        assert set(lr_of) == set(names)
+        for pid, name in names.items():
+            assert lr_of[pid] == pytest.approx(1e-3 * mults[role_of(name)]), name
+    with pytest.raises(ValueError, match="model.tie_weights=false"):
+        tied = GPT(GPTConfig(vocab_size=23, block_size=8, n_layer=1, n_head=2, n_embd=16))
+        build_adamw(tied, cfg)
+    with pytest.raises(ValueError, match="optim.emb_lr_mult must be > 0"):
+        OptimConfig(emb_lr_mult=0)
+
+
+def test_a_tied_head_with_two_multipliers_is_refused_before_torch_loads(compose_cfg) -> None:
+    from runs.errors import ConfigError
+    from training.run_config import typed_config
+
+    with pytest.raises(ConfigError, match="set model.tie_weights=false"):
+        typed_config(compose_cfg(["optim.emb_lr_mult=10"]))
+    run = typed_config(compose_cfg(["optim.emb_lr_mult=10", "model.tie_weights=false"]))
+    assert run.optim.lr_mults == {"emb": 10.0, "readout": 1.0, "hidden": 1.0}
