@@ -12,8 +12,7 @@ from typing import Any
 from analysis.findings import ALIASES, FINDINGS, FROZEN, frozen, hash_now, recompute
 from analysis.findings.declare import Frozen, claim_hash
 from experiments.sweep import ROOT, compose, console, split_overrides
-from experiments.verdicts import read_verdict, verdict_markdown
-from runs.runfiles import write_atomic
+from experiments.verdicts import read_verdict, write_record
 
 
 def freeze(only: list[str] | None = None) -> int:
@@ -114,8 +113,7 @@ def unfrozen_runs(finding_name: str, experiment: str, overrides: list[str]) -> s
     finding = FINDINGS[ALIASES.get(finding_name, finding_name)]
     if record is None or not any(c.id in record.claims for c in finding.claims):
         return None
-    anew = [c.id for c in finding.claims if c.id in record.claims
-            and record.claims[c.id].get("hash") != claim_hash(c)]  # fmt: skip
+    anew = [c.id for c in finding.claims if record.anew(c)]
     if anew:
         return (f"{', '.join(anew)} declared anew since the freeze: a pilot, on the seeds the "
                 f"command gives; freeze {finding_name} again to decide it")  # fmt: skip
@@ -162,11 +160,10 @@ def freeze_problems() -> list[str]:
                    f"({frozen_registry(record.claims)}): the file was edited by hand")  # fmt: skip
     for finding in FINDINGS.values():
         for claim in finding.claims:
-            held = record.claims.get(claim.id)
-            if held and held.get("hash") != claim_hash(claim):
+            if record.anew(claim):
                 out.append(f"{claim.id} is declared anew since its freeze (frozen "
-                           f"{held.get('hash')}, now {claim_hash(claim)}): freeze it again "
-                           "with its ledger entry")  # fmt: skip
+                           f"{record.claims[claim.id].get('hash')}, now {claim_hash(claim)}): "
+                           "freeze it again with its ledger entry")  # fmt: skip
     return out
 
 
@@ -240,6 +237,5 @@ def rewrite(path: Path, record: dict, again: list[dict]) -> None:
                 console.print(f"  {new['id']} {key}: {old.get(key)} -> {new.get(key)} (same "
                               "data): its ledger entry goes in docs/findings/ledger.json",
                               markup=False)  # fmt: skip
-    write_atomic(path, json.dumps({**record, "claims": again}, indent=2, default=str) + "\n")
-    write_atomic(path.with_suffix(".md"), verdict_markdown({**record, "claims": again}))
+    write_record(path, {**record, "claims": again})
     console.print(f"  {path} and {path.with_suffix('.md').name} written", markup=False)

@@ -102,11 +102,16 @@ def verdict_stem(finding: str) -> str:
 
 
 def write_verdicts(out: Path, record: dict) -> None:
-    """verdict.json and verdict.md, each through a temporary file and a rename: a full disk
-    mid-write leaves the earlier record (the only one of earlier launches' times) whole."""
-    stem = verdict_stem(record["finding"])
-    write_atomic(out / f"{stem}.json", json.dumps(record, indent=2, default=str) + "\n")
-    write_atomic(out / f"{stem}.md", verdict_markdown(record))
+    """verdict.json and verdict.md in ``out``, named for the finding (verdict_stem)."""
+    write_record(out / f"{verdict_stem(record['finding'])}.json", record)
+
+
+def write_record(path: Path, record: dict) -> None:
+    """``path`` (a verdict .json) and its .md, each through a temporary file and a rename: a
+    full disk mid-write leaves the earlier record (the only one of earlier launches' times)
+    whole."""
+    write_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
+    write_atomic(path.with_suffix(".md"), verdict_markdown(record))
 
 
 def read_verdict(path: Path) -> dict | None:

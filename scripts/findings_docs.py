@@ -28,7 +28,7 @@ from collections import Counter
 
 from analysis.findings import FINDINGS
 from analysis.findings.declare import Claim, Finding, claim_hash, rule_text
-from experiments.verdicts import counts
+from experiments.verdicts import counts, read_verdict
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "findings"
 BEGIN = (
@@ -47,8 +47,7 @@ def cell(text: object) -> str:
 
 
 def record_of(name: str) -> dict | None:
-    path = DOCS / name / "verdict.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_verdict(DOCS / name / "verdict.json")
 
 
 def published(name: str) -> dict[str, dict]:

@@ -17,7 +17,6 @@ from analysis.findings.declare import (
     Finding,
     Frozen,
     Part,
-    claim_hash,
     registry_hash,
 )
 from analysis.findings.judge import VERDICTS, confirm_lrs, judge_finding
@@ -80,8 +79,7 @@ def settings_of(reproduce: ReproduceConfig) -> dict[str, Any]:
 def fresh_seeds(finding: Finding) -> list[int]:
     """The confirmatory run's seeds once the registry is frozen (none before)."""
     found = frozen()
-    held = [c for c in finding.claims if found and c.id in found.claims
-            and found.claims[c.id].get("hash") == claim_hash(c)]  # fmt: skip
+    held = [c for c in finding.claims if found and not found.anew(c)]
     firsts = [s for c in held if (s := found.first_seed(c.id)) is not None]
     return list(range(max(firsts), max(firsts) + finding.seeds)) if firsts else []
 

@@ -218,3 +218,8 @@ class Frozen:
     def first_seed(self, claim_id: str) -> int | None:
         entry = self.claims.get(claim_id)
         return entry["first_seed"] if entry else None
+
+    def anew(self, claim: Claim) -> bool:
+        """Whether ``claim`` was frozen under another declaration (its hash moved since)."""
+        entry = self.claims.get(claim.id)
+        return entry is not None and entry.get("hash") != claim_hash(claim)

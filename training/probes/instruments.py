@@ -224,22 +224,27 @@ class Headroom(ForwardMeasure):
         return out
 
 
-def saturated_share(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(saturated elements, elements) of a DyT or Derf norm on its input x."""
-    z = pre_activation(module, x)
-    squashed = torch.tanh(z) if isinstance(module, DyT) else torch.erf(z)
-    return (squashed.abs() >= SATURATED).sum(), squashed.numel()
-
-
 def pre_activation(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """a x for DyT, a x + s for Derf: what the squashing function reads."""
     z = module.alpha * x.detach().float()
     return z if isinstance(module, DyT) else z + module.shift
 
 
-def verma_share(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+def saturated_share(
+    module: nn.Module, x: torch.Tensor, z: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int]:
+    """(saturated elements, elements) of a DyT or Derf norm on its input x (``z``: its
+    pre-activation, when already computed)."""
+    z = pre_activation(module, x) if z is None else z
+    squashed = torch.tanh(z) if isinstance(module, DyT) else torch.erf(z)
+    return (squashed.abs() >= SATURATED).sum(), squashed.numel()
+
+
+def verma_share(
+    module: nn.Module, x: torch.Tensor, z: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int]:
     """(elements with |a x (+ s)| > 2, elements): Verma 2026's saturation."""
-    z = pre_activation(module, x)
+    z = pre_activation(module, x) if z is None else z
     return (z.abs() > VERMA_AX).sum(), z.numel()
 
 
@@ -257,9 +262,10 @@ class Saturation(ForwardMeasure):
 
         def norm_hook(name: str, verma: str | None = None):
             def fn(module, args):
-                count(name, *saturated_share(module, args[0]))
+                z = pre_activation(module, args[0])
+                count(name, *saturated_share(module, args[0], z))
                 if verma is not None:
-                    count(verma, *verma_share(module, args[0]))
+                    count(verma, *verma_share(module, args[0], z))
 
             return fn
 
