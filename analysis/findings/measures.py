@@ -186,6 +186,7 @@ MEASURES: dict[str, Measure] = {
     # F18: the instruments
     "sink_share": lambda c: s[-1][1] if (s := c.series(names.ATTN_SINK)) else None,
     "massive_ratio": lambda c: layer_peak(c, names.ACT_MASSIVE, -1),  # last probe, top layer
+    "massive_abs": lambda c: layer_peak(c, names.ACT_MASSIVE_ABS, -1),  # its max |h| itself
     "kurtosis_growth": lambda c: ratio(
         layer_peak(c, names.ACT_KURTOSIS, 0), layer_peak(c, names.ACT_KURTOSIS, -1)
     ),  # fmt: skip

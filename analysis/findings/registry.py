@@ -47,6 +47,7 @@ from analysis.findings.vocabulary import (
     SIZE18,
     SPAN_UP,
     SUN,
+    SUN_RATIO,
     UPDATE_RATIO,
     WANG,
     WORSE,
@@ -273,15 +274,8 @@ PRE_LO, PRE_HI = at("pre", lr=MIN, **PLAIN), at("pre", lr=MAX, **PLAIN)
 PERI_HI = at("sandwich", lr=MAX, **PLAIN)
 ARM = lambda **one: {**PRE_HI, **one}  # noqa: E731  (Pre-LN at the high rate, one change)
 FP16 = {"model.sim_dtype": "fp16"}
+SKIP, CLIP = ARM(**{"optim.guards": ["skip_step"]}), ARM(**{"optim.guards": ["clip_update"]})
 F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at the league's size", (
-    C("F18a", "In Pre-LN attention sinks emerge at a high learning rate: at least one head in ten "
-      "puts over 0.3 of its attention on the first token, more than at the league's rate", GU,
-      P("mean", (PRE_HI,), SINKS, "above", measure="sink_share"),
-      P("diff", (PRE_HI, PRE_LO), 0.0, "above", measure="sink_share"), lr="fixed",
-      departs=SIZE18, seeds=10),
-    C("F18b", "Massive activations emerge in Pre-LN: the top |h| sits 100x above the median",
-      "Sun et al. 2024", P("ratio", (PRE_HI,), MASSIVE, "above", measure="massive_ratio"),
-      lr="fixed", departs=SIZE18),
     C("F18c", "Outlier features grow in Pre-LN's training at a high learning rate: the neurons' "
       "kurtosis at least doubles, and grows more than at the league's rate", HE,
       P("ratio", (PRE_HI,), GROWS, "above", measure="kurtosis_growth"),
@@ -303,25 +297,42 @@ F18 = Finding("f18_instruments", "F18: what the instruments of 2024-26 show at t
     C("F18g", "Adam-atan2 ends as well as AdamW at a high rate", "Everett et al. 2024",
       P("paired", (ARM(**{"optim.name": "adam_atan2"}), PRE_HI), CLOSE, "below"), lr="fixed",
       seeds=10),
-    C("F18h", "Skipping 6-sigma steps costs no final loss at a high rate", "OLMo-core's skip step",
-      P("paired", (ARM(**{"optim.guards": ["skip_step"]}), PRE_HI), CLOSE, "below"),
-      lr="fixed", gate=Gate("uninformative: the guard skipped no step",
-                            P("mean", (ARM(**{"optim.guards": ["skip_step"]}),), 0.5, "above",
-                              measure="skipped_steps"))),
-    C("F18i", "Clipping 3-sigma updates costs no final loss at a high rate",
-      "Levanter's update clipping",
-      P("paired", (ARM(**{"optim.guards": ["clip_update"]}), PRE_HI), CLOSE, "below"),
-      lr="fixed", gate=Gate("uninformative: the guard clipped no update",
-                            P("mean", (ARM(**{"optim.guards": ["clip_update"]}),), 0.5, "above",
-                              measure="clipped_updates"))),
 ), plots=("heat_attn_sink.png", "heat_act_massive.png", "heat_act_kurtosis.png",
           "heat_adam_update.png", "loss_curves.png"))
+
+# F18a, b, h and i re-declared on the instruments as their sources compute them (2026-12-08):
+# the sink share thresholded per sample (Gu et al.), massive activations by Sun et al.'s two
+# thresholds, skip-step scoring the gradient norm before clipping (OLMo-core), update clipping
+# before the learning rate (Levanter); F18's old verdicts on them stay in its retired list
+F18SRC = Finding("f18_sources", "F18's instrument claims, measured as their sources measure", (
+    C("F18a", "In Pre-LN attention sinks emerge at a high learning rate: in at least one "
+      "(sample, head) pair in ten the head puts over 0.3 of its attention on the first token, "
+      "more than at the league's rate", GU,
+      P("mean", (PRE_HI,), SINKS, "above", measure="sink_share"),
+      P("diff", (PRE_HI, PRE_LO), 0.0, "above", measure="sink_share"), lr="fixed",
+      departs=SIZE18, seeds=10),
+    C("F18b", "Massive activations as Sun et al. define them emerge in Pre-LN at a high rate: "
+      "the top |h| exceeds 100 and sits over 1000x above the median", "Sun et al. 2024",
+      P("ratio", (PRE_HI,), MASSIVE, "above", measure="massive_abs"),
+      P("ratio", (PRE_HI,), SUN_RATIO, "above", measure="massive_ratio"),
+      lr="fixed", departs=SIZE18, seeds=10),
+    C("F18h", "Skipping steps whose loss or pre-clip gradient norm lies 6 sigma out costs no "
+      "final loss at a high rate", "OLMo-core's skip step",
+      P("paired", (SKIP, PRE_HI), CLOSE, "below"), lr="fixed", seeds=10,
+      gate=Gate("uninformative: the guard skipped no step",
+                P("mean", (SKIP,), 0.5, "above", measure="skipped_steps"))),
+    C("F18i", "Clipping updates, before the learning rate, to 3 sigma above their recent mean "
+      "costs no final loss at a high rate", "Levanter's update clipping",
+      P("paired", (CLIP, PRE_HI), CLOSE, "below"), lr="fixed", seeds=10,
+      gate=Gate("uninformative: the guard clipped no update",
+                P("mean", (CLIP,), 0.5, "above", measure="clipped_updates"))),
+), plots=("heat_attn_sink.png", "heat_act_massive.png", "loss_curves.png"))
 # fmt: on
 
 FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
     "f15": F15, "f16": F16, "f17": F17, "f19": F19, "f20": F20, "f13mu": F13MU,
-    "f19mhc": F19MHC,
+    "f19mhc": F19MHC, "f18src": F18SRC,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep

@@ -28,6 +28,7 @@ Margins, one value per word across the findings, on each measure's own scale:
     LONG_RUN = 1e4      steps: Wortsman et al.'s output-logit divergence comes late in ~1e5
     SINKS = 0.1         F18 "sinks emerge": one head in ten is a sink (Gu et al.'s epsilon 0.3)
     MASSIVE = 100       F18 "massive activations": Sun et al. see 1e3-1e4 x the median at scale
+    SUN_RATIO = 1000    F18src: Sun et al.'s definition, |h| > 100 (MASSIVE) and > 1000 x the median
     SHIFT = 0.25        F14 "the best lr moves": its log10 moves at least a quarter decade (half
                         the grid's step; SP's theory for Adam's hidden rates: 0.6 for 4x width)
     BAND = 0.25         F14 "the best lr stays": its log10 moves less than a quarter decade
@@ -48,7 +49,7 @@ WORSE, CLOSE, FAILS, DEEP_OK, F4_TOL, FACTOR, MOST = 0.10, 0.05, 0.20, 0.30, 0.0
 UPDATE_RATIO, FLAT_SLOPE, SHRINK_SLOPE, FLAT_RATIO, GROW_RATIO = 2.0, 0.15, -0.3, 1.5, 2.0
 LOGIT_GROWTH, SENS_GAP, SPAN_UP, ACC_FACTOR = 10.0, 0.03, 10.0, 1.25
 RMS_GROWTH, NEAR_ONE, COS_DROP, GROWS, FLOOR, DRIFT, LONG_RUN = 1.2, 0.9, 0.01, 2.0, 0.1, 1.0, 1e4
-SINKS, MASSIVE = 0.1, 100.0
+SINKS, MASSIVE, SUN_RATIO = 0.1, 100.0, 1000.0
 SHIFT, BAND = 0.25, 0.25  # F14, decades of lr (the grid's step is 0.5)
 SEEDS, RATE_SEEDS = 5, 6  # the floors; a claim's own n: scripts/plan_seeds.py's table
 
