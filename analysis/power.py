@@ -25,7 +25,7 @@ from scipy.stats import binom
 from scipy.stats import t as student_t
 
 from analysis import stats
-from analysis.findings.declare import Claim
+from analysis.findings.declare import EVERY_OFF, Claim
 from analysis.findings.estimands import ALPHA, estimate
 from analysis.findings.select import NoData, Reading, expand
 
@@ -122,8 +122,8 @@ def part_seeds(part, effect: dict, alpha: float = ALPHA) -> tuple[int | None, bo
         return rate_seeds(effect["effect"], part.margin, part.side, alpha=alpha), True
     if kind in FISHER:
         return fisher_seeds(effect["k"], effect["n"], part.side, alpha), True
-    if kind == "every":
-        return None, False
+    if kind == "every":  # the rate of runs off its side, against EVERY_OFF
+        return rate_seeds(effect["effect"], EVERY_OFF, "below", alpha=alpha), True
     margin = (
         part.margin if part.side != "within" else part.margin * (1 if effect["effect"] >= 0 else -1)
     )

@@ -96,13 +96,23 @@ def test_pairs_count_the_seeds_where_one_arm_ends_worse() -> None:
     assert (e["k"], e["n"]) == ([2], [4])
 
 
-def test_a_per_run_rule_fails_on_one_run() -> None:
-    ok = rows(A, [0.5, 0.8, 1.2], measure="min_entropy")
+def test_every_run_is_an_exact_rate_test_of_the_runs_off_its_side() -> None:
+    """ "Every run" is the rate of runs off the margin's side against EVERY_OFF = 0.1, by the
+    exact binomial: none off in n passes when 0.9^n <= 0.025 (n >= 36), and it fails when that
+    many off are unlikely at a rate of 0.1."""
     part = Part("every", (A,), 0.1, "above", measure="min_entropy")
-    assert judge_claim(claim(part), table(ok))["status"] == "PASS"
-    one = rows(A, [0.5, 0.048, 1.2], measure="min_entropy")
-    v = judge_claim(claim(part), table(one))
-    assert v["status"] == "FAIL" and only(v)["violations"] == 1 and only(v)["effect"] == 0.048
+    few = judge_claim(claim(part), table(rows(A, [0.5, 0.8, 1.2], measure="min_entropy")))
+    assert few["status"] == "INCONCLUSIVE" and only(few)["p_pass"] == pytest.approx(0.9**3)
+    many = table(rows(A, [0.5 + i / 100 for i in range(36)], measure="min_entropy"))
+    e = only(judge_claim(claim(part), many))
+    assert e["outcome"] == "PASS" and e["p_pass"] == pytest.approx(0.9**36)  # 0.0225
+    assert (e["effect"], e["violations"], e["worst"]) == (0.0, 0, 0.5)
+    ref = sp.binomtest(0, 36, 0.1).proportion_ci(0.95, "exact")  # two-sided 95%
+    assert (e["lo"], e["hi"]) == pytest.approx((ref.low, ref.high), rel=1e-6)
+    half = rows(A, [0.5, 0.05, 1.2, 0.01, 0.02, 0.9, 0.03, 0.8], measure="min_entropy")
+    v = judge_claim(claim(part), table(half))  # 4 of 8 off: P(X >= 4 | 8, 0.1) = 0.0050
+    assert v["status"] == "FAIL" and only(v)["violations"] == 4 and only(v)["worst"] == 0.01
+    assert only(v)["p_fail"] == pytest.approx(sp.binom.sf(3, 8, 0.1))
 
 
 def test_a_split_compares_the_runs_a_measure_picks() -> None:

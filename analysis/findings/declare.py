@@ -32,7 +32,7 @@ ESTIMANDS = {
     "slope": (1, "log-log slope of {0} against {over}"),  # per seed, then its mean
     "rate": (1, "rate of {event} runs in {0}"),  # Clopper-Pearson
     "rate2": (2, "rate of {event} runs, {0} vs {1}"),  # Fisher's exact test, one-sided
-    "every": (1, "every run of {0}"),  # a per-run rule: each run on the margin's side
+    "every": (1, "every run of {0}"),  # the rate of runs off the margin's side < EVERY_OFF
     "pairs": (2, "rate of seeds where {0} ends worse than {1}"),  # per seed pair, exact
     "split": (1, "rate of {event} runs in {0}, {where} vs not"),  # Fisher's exact test
     "curve": (2, "{stat} per seed, {0} - {1}"),  # a per-seed statistic of the loss-vs-lr curve
@@ -40,6 +40,7 @@ ESTIMANDS = {
     "curve_level": (1, "{stat} per seed, {0}"),
 }
 SIDE_TEXT = {"above": ">= {m:g}", "below": "<= {m:g}", "within": "within ±{m:g}"}
+EVERY_OFF = 0.1  # "every run": the rate of runs off the margin's side is shown below this (exact)
 EVENTS = ("trained", "not_trained", "diverged")  # what a rate counts: a run's outcome
 LR_RULES = ("stable_best", "fixed", "curve")
 
@@ -167,7 +168,8 @@ def part_text(part: Part) -> str:
     what = part.measure if part.estimand not in ("rate", "rate2", "split") else ""
     per = " a decade of lr" if part.per_decade else ""
     side = SIDE_TEXT[part.side].format(m=part.margin)
-    return f"{effect_text(part)}{f' ({what})' if what else ''} {side}{per}"
+    off = f", runs off it at a rate < {EVERY_OFF:g}" if part.estimand == "every" else ""
+    return f"{effect_text(part)}{f' ({what})' if what else ''} {side}{per}{off}"
 
 
 def rule_text(claim: Claim) -> str:

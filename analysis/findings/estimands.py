@@ -4,8 +4,9 @@
 Differences of means on Welch's t interval; paired differences on the t interval of per-seed
 differences; ratios of positive measures on the logs; log-log slopes per seed; rates with exact
 Clopper-Pearson intervals, two rates (or the runs a measure picks against the rest) by Fisher's
-exact test; seed pairs where one arm ends worse as a rate; a per-run rule ("every run") that
-passes when each run lies on its side; per-seed statistics of the loss-vs-lr curve. PASS when
+exact test; seed pairs where one arm ends worse as a rate; "every run" as the rate of runs off
+the margin's side against EVERY_OFF (exact); per-seed statistics of the loss-vs-lr curve (where
+the optimum sits held against its margin widened by the grid's known bias, vertex_bias). PASS when
 the interval lies on the claim's side of the margin, FAIL when on the other, INCONCLUSIVE when
 it straddles (a test: one-sided p <= ALPHA in the claim's direction, or in the other).
 """
@@ -16,12 +17,13 @@ import math
 import statistics
 from collections import Counter
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from scipy.stats import binomtest
 
 from analysis import stats
-from analysis.findings.declare import Part
+from analysis.findings.declare import EVERY_OFF, Part
 from analysis.findings.select import NoData, Reading, key_values, label, matching, resolve, same
 from analysis.lr_sweep import capped, sensitivity
 from runs.numbers import log_slope
@@ -110,6 +112,36 @@ def log_best_lr(curve: dict[float, float]) -> float:
     return min(max(vertex, x0), x2)
 
 
+# log_best_lr's calibration: curves up to this many times steeper on one side of the optimum than
+# on the other (F14's own curves, fitted with a two-sided parabola on five rates: median 2.9x,
+# 90th percentile 5.9x, steeper below the optimum)
+LR_ASYMMETRY = 6.0
+
+
+def vertex_bias(step: float, asymmetry: float = LR_ASYMMETRY, offsets: int = 201) -> float:
+    """How much log_best_lr's error can differ between two curves of one shape whose optima sit
+    at different places between grid points ``step`` decades apart: the range over those places
+    of (vertex - true optimum) for a loss (x - x*)^2 on one side of the optimum and ``asymmetry``
+    x (x - x*)^2 on the other, the larger of both sides' (it grows with the asymmetry; 0 for a
+    symmetric curve, where the vertex is exact)."""
+    grid = [step * i for i in range(-3, 4)]
+    worst = 0.0
+    for steep in (asymmetry, 1 / asymmetry):
+        errors = []
+        for j in range(offsets):
+            star = step * j / (offsets - 1)
+            curve = {10**x: (x - star) ** 2 * (steep if x > star else 1.0) for x in grid}
+            errors.append(log_best_lr(curve) - star)
+        worst = max(worst, max(errors) - min(errors))
+    return worst
+
+
+def grid_step(arms: list[list[dict[float, float]]]) -> float:
+    """The widest step, in decades, between neighbouring rates of any curve."""
+    steps = [math.log10(b / a) for arm in arms for c in arm for a, b in pairwise(sorted(c))]
+    return max(steps)
+
+
 def at_edge(curve: dict[float, float]) -> bool:
     """Whether the curve's best lr is the grid's smallest or largest: the optimum may lie past
     it, so log_best_lr is censored there (it returns the edge rate, not the optimum)."""
@@ -152,14 +184,22 @@ def curve_stat(part: Part, curves: list[dict[float, float]]) -> list[float]:
 
 
 # --- estimands -----------------------------------------------------------------------------------
-def interval_effect(ci: stats.Interval, part: Part) -> dict[str, Any]:
-    outcome = stats.outcome(ci, part.margin, part.side)
+def interval_effect(ci: stats.Interval, part: Part, allowance: float = 0.0) -> dict[str, Any]:
+    """The effect's outcome and p-values against its margin; ``allowance`` (an estimator's
+    known bias bound, in the effect's units) moves the margin against the claim for each test:
+    PASS must clear margin + allowance on its side, FAIL lie past margin - allowance."""
+    m, side = part.margin, part.side
+    strict, loose = (
+        (m + allowance, m - allowance) if side == "above" else (m - allowance, m + allowance)
+    )  # fmt: skip  (below and within tighten)
+    passes = stats.outcome(ci, strict, side) == "PASS"
+    outcome = "PASS" if passes else stats.outcome(ci, loose, side).replace("PASS", "INCONCLUSIVE")
     flip = {"above": "below", "below": "above"}
     try:  # FAIL's test: beyond the margin on the other side (within: outside either bound)
-        p_pass = stats.one_sided_p(ci, part.margin, part.side)
-        p_fail = (stats.one_sided_p(ci, part.margin, flip[part.side]) if part.side in flip
-                  else min(stats.one_sided_p(ci, part.margin, "above"),
-                           stats.one_sided_p(ci, -part.margin, "below")))  # fmt: skip
+        p_pass = stats.one_sided_p(ci, strict, side)
+        p_fail = (stats.one_sided_p(ci, loose, flip[side]) if side in flip
+                  else min(stats.one_sided_p(ci, loose, "above"),
+                           stats.one_sided_p(ci, -loose, "below")))  # fmt: skip
     except ValueError:
         p_pass = p_fail = None
     out = {"effect": ci.effect, "lo": ci.lo, "hi": ci.hi, "n": list(ci.n), "sd": list(ci.sd),
@@ -214,23 +254,28 @@ def estimate(part: Part, reading: Reading) -> dict[str, Any]:
                       (len(inside), len(rest)))  # fmt: skip
     if kind == "pairs":
         return rate_effect(*worse_pairs(part, *runs), part)
-    if kind == "every":
+    if kind == "every":  # the rate of runs off the margin's side, below EVERY_OFF (exact)
         found = enough(runs[0], part.measure, names[0], part.among)
-        inside = [x > part.margin if part.side == "above" else x < part.margin for x in found]
+        off = sum(not (x > part.margin if part.side == "above" else x < part.margin)
+                  for x in found)  # fmt: skip
         worst = min(found) if part.side == "above" else max(found)
-        return {"effect": worst, "lo": worst, "hi": worst, "n": [len(found)],
-                "violations": inside.count(False), "method": "every run (worst shown)",
-                "scale": "linear", "outcome": "PASS" if all(inside) else "FAIL",
-                "p_pass": None, "p_fail": None}  # fmt: skip
+        out = rate_effect(off, len(found), replace(part, margin=EVERY_OFF, side="below"))
+        return {**out, "violations": off, "worst": worst,
+                "method": "runs off its side, Clopper-Pearson"}  # fmt: skip
     if kind.startswith("curve"):
         curves = [seed_curves(r, n) for r, n in zip(runs, names, strict=True)]
         stat = [curve_stat(part, c) for c in curves]
         ci = {"curve": lambda: stats.diff_interval(*stat),
               "curve_ratio": lambda: stats.ratio_interval(*stat),
               "curve_level": lambda: stats.mean_interval(stat[0])}[kind]()  # fmt: skip
-        out = interval_effect(ci, part)
-        if part.stat == "log_best_lr":  # an optimum at the grid's edge is censored there
-            out["censored"] = [sum(at_edge(c) for c in arm) for arm in curves]
+        if part.stat != "log_best_lr":
+            return interval_effect(ci, part)
+        # where two optima sit between grid points moves their vertices' difference by up to
+        # vertex_bias: the margin is held that much against the claim
+        allowance = vertex_bias(grid_step(curves)) if kind == "curve" else 0.0
+        out = interval_effect(ci, part, allowance)
+        out["grid_bias"] = round(allowance, 6)
+        out["censored"] = [sum(at_edge(c) for c in arm) for arm in curves]  # optima at an edge
         return out
     if kind == "slope":
         per_x = {x: by_seed(matching(runs[0], {part.over: x}), part.measure)

@@ -35,7 +35,7 @@ LOSSES = ("best_val_loss", "final_val_loss")
 # --- claims and findings -------------------------------------------------------------------------
 def fails(effect: dict, k: int) -> bool:
     """The effect's FAIL holds inside a claim of ``k`` effects: its p_fail x k <= ALPHA (an effect
-    with no p, a per-run rule such as "every run", fails as it stands)."""
+    with no p fails as it stands)."""
     if effect["outcome"] != "FAIL":
         return False
     p = effect.get("p_fail")
