@@ -39,6 +39,8 @@ def effects(found: dict[str, dict]) -> str:
             shown = f"x{e['effect']:.3g} [x{e['lo']:.3g}, x{e['hi']:.3g}]"
         else:
             shown = f"{e['effect']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}]"
+        if e.get("grid_bias"):  # log_best_lr: the margin held against the claim by this
+            shown += f" (margin moved {e['grid_bias']:.3f} against the claim: grid bias)"
         out.append(f"{name}: {shown}, n={n} -> {e['outcome']}")
     return "; ".join(out) or "–"
 
