@@ -152,6 +152,31 @@ F20 = Finding("f20_dyt_data", "F20: DyT against LayerNorm as the dataset grows",
       departs=VERMA_SIZE),
 ), plots=("loss_curves.png",))
 
+# F21: each norm under AdamW and under Muon, at its own stable best rate
+ABOUZEID = "Abouzeid 2026"
+OPT = "optim.name"
+RMS_A, RMS_M = {**pre("rmsnorm"), OPT: "adamw"}, {**pre("rmsnorm"), OPT: "muon"}
+DYT_A, DYT_M = {**pre("dyt"), **GAIN, OPT: "adamw"}, {**pre("dyt"), **GAIN, OPT: "muon"}
+DERF_A = {**pre("derf"), **GAIN, "norm.alpha": 0.5, OPT: "adamw"}
+DERF_M = {**DERF_A, OPT: "muon"}
+DERF_M3 = {**DERF_M, "norm.alpha": 0.3}
+INTERACTION = (1, -1, -1, 1)  # (X Muon - RMSNorm Muon) - (X AdamW - RMSNorm AdamW)
+FACTORIAL = ("500 steps of a 4-layer d=64 GPT (0.2M parameters) on 0.4M characters; the paper's "
+             "factorial is 1B parameters for 1,000 steps")
+F21 = Finding("f21_norm_optim", "F21: does the optimizer care how you normalize?", (
+    C("F21a", "Derf's gap to RMSNorm is larger under Muon than under AdamW", ABOUZEID,
+      P("contrast", (DERF_M, RMS_M, DERF_A, RMS_A), 0.0, "above", weights=INTERACTION),
+      departs=FACTORIAL),
+    C("F21b", "DyT's gap to RMSNorm grows by no more than 0.05 nats under Muon", ABOUZEID,
+      P("contrast", (DYT_M, RMS_M, DYT_A, RMS_A), CLOSE, "below", weights=INTERACTION),
+      departs=FACTORIAL),
+    C("F21c", "Under Muon, Derf with a = 0.3 ends below Derf with its default a = 0.5", ABOUZEID,
+      P("diff", (DERF_M3, DERF_M), 0.0, "below"), departs=FACTORIAL),
+    C("F21d", "More of Derf's units saturate under Muon than under AdamW", ABOUZEID,
+      P("diff", (DERF_M, DERF_A), 0.0, "above", measure="norm_saturation"),
+      departs=FACTORIAL + "; saturation read as |erf| >= 0.99 at the last probe"),
+), plots=("lr_sensitivity.png", "loss_curves.png"))
+
 SIGMA = "model.sigma_reparam"
 PLAIN_HI = {QK: False, SIGMA: False, "lr": MAX}
 COLLAPSES = Gate("no entropy collapse at the top rate without sigmaReparam for it to prevent",
