@@ -229,6 +229,16 @@ F14 = Finding("f14_transfer", "F14: does the best learning rate transfer across 
         measure=LOSS), lr="curve", departs=TINY),
 ), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
 
+# F14's embedding-lr arm: SP with the embeddings' lr x m_N, heads untied (a config of its own)
+EMB, KALRA = "optim.emb_lr_mult", "Kalra & Barkeshli 2026"
+F14EMB = Finding("f14_emb_lr", "F14's embedding-lr arm: SP with its embeddings' learning rate "
+                 "raised by the width factor", (
+    stays("F14f", "SP with its embeddings' learning rate raised by the width factor (x4 at 4x "
+          "width) keeps its best learning rate as the model widens 4x, as muP does", KALRA,
+          size("sp", n_embd=32, n_layer=2, **{EMB: None}),
+          size("sp", n_embd=128, n_layer=2, **{EMB: 4.0}), seeds=10),
+), plots=("lr_transfer.png", "lr_sensitivity.png", "loss_curves.png"))
+
 # F13's combined interventions with the one F6's sweep cannot run, muParam: a sweep of its own at
 # F6's model, rates and steps, every arm's parametrization named. z-loss 1e-4 runs exactly where
 # qk-layernorm does (conf/experiment/f13_muparam.yaml), so qk_norm names both.

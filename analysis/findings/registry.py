@@ -13,7 +13,18 @@ from __future__ import annotations
 from analysis.block_profile import plot_profiles
 from analysis.findings.declare import EACH, MAX, MIN, REF_LR, RUN_LR, Figure, Finding, Gate
 from analysis.findings.declare import Part as P
-from analysis.findings.frontier import F13MU, F14, F15, F16, F17, F19, F19MHC, F20, F21
+from analysis.findings.frontier import (
+    F13MU,
+    F14,
+    F14EMB,
+    F15,
+    F16,
+    F17,
+    F19,
+    F19MHC,
+    F20,
+    F21,
+)
 from analysis.findings.vocabulary import (
     ACC_FACTOR,
     BATCH,
@@ -333,6 +344,6 @@ FINDINGS: dict[str, Finding] = {
     "f1": F1, "f2": F2, "f3": F3, "f5": F5, "vit": VIT, "f6": F6, "f7": F7, "placements": LEAGUE,
     "f8": F8, "f9": F9, "f10": F10, "f11": F11, "f12": F12, "f13": F13, "f18": F18, "f14": F14,
     "f15": F15, "f16": F16, "f17": F17, "f19": F19, "f20": F20, "f13mu": F13MU,
-    "f19mhc": F19MHC, "f18src": F18SRC, "f21": F21,
+    "f19mhc": F19MHC, "f18src": F18SRC, "f21": F21, "f14emb": F14EMB,
 }  # fmt: skip
 ALIASES = {"f4": "f3"}  # F4 is the shallow arm of the depth sweep
