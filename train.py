@@ -33,6 +33,7 @@ if __name__ == "__main__":
 from typing import TYPE_CHECKING
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from runs.record import Status, result_line
@@ -41,7 +42,7 @@ from training.context import in_multirun
 from training.errors import Interrupted, one_line_errors
 from training.launch import launch_scope, packed, preflight
 from training.run_config import RunConfig, check_config, typed_config
-from training.sweep import for_the_sweeper, job_outcome
+from training.sweep import another_shard, for_the_sweeper, job_outcome
 
 # conf/hydra/launcher/ray.yaml fills in the Ray launcher's own schema (same name, so its keys
 # take overrides without a `+`); Hydra warns about that pattern on every job.
@@ -102,6 +103,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = ()) -> dict:
 def main(cfg: DictConfig) -> dict:
     # torch-free: a bad key or value is refused before torch loads. A sweep checks its grid
     # once (training/sweep.py) and each job records its own failure.
+    if in_multirun() and another_shard(cfg, HydraConfig.get().job.num):
+        return {"outcome": "elsewhere"}  # pack.shard: another launch runs this job
     drop_inapplicable(cfg)  # an arm's key in a sweep across a group's options (preflight)
     run = None if in_multirun() else check_config(cfg)
     with packed(cfg):  # pack.gpus: this job's GPU slot, K jobs at most on each GPU

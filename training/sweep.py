@@ -35,10 +35,30 @@ from runs.record import BAD_OUTCOMES, Outcome
 from training.context import launched_as_rank_zero
 from training.launch import SWEEP_PID
 
-OUTCOMES = ".jobs"  # <sweep_dir>/.jobs/<job dir name>.json: what each job of this launch did
+OUTCOMES = ".jobs"  # <state dir>/.jobs/<job dir name>.json: what each job of this launch did
 SWEEP_START = "NORMLAB_SWEEP_START"  # the launch's start (time.time()), for the progress line
 SWEEP_JOBS = "NORMLAB_SWEEP_JOBS"  # how many jobs the launch runs, for the progress line
-LAUNCH = ".launch.json"  # both, in the sweep dir
+LAUNCH = ".launch.json"  # both, in the state dir
+
+
+def pack_of(config: Any):
+    """The launch's ``pack.*`` (training/packing.py), read torch-free."""
+    from runs.checks import node_to
+    from training.packing import PackConfig
+
+    return node_to(PackConfig, config.get("pack") or {}, "pack")
+
+
+def state_dir(config: DictConfig) -> Path:
+    """Where this launch keeps its lock and its jobs' records: the sweep dir, or below it the
+    dir of its shard (``pack.shard``), so shards of one sweep run at once."""
+    return pack_of(config).state_dir(config.hydra.sweep.dir)
+
+
+def another_shard(cfg: Any, job_num: int) -> bool:
+    """Job ``job_num`` belongs to another shard's launch (``pack.shard``): here it runs nothing
+    and records nothing."""
+    return pack_of(cfg).elsewhere(job_num)
 
 
 def check_grid_once(config: DictConfig) -> None:
@@ -122,7 +142,10 @@ class SweepStatus(HydraCallback):
     each job that failed, was refused or never ended, and the exit code is 1 if any did."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            sweep_dir, own = Path(config.hydra.sweep.dir), state_dir(config)
+        except (ConfigError, ValueError) as err:  # Hydra would swallow it as a warning
+            raise SystemExit(f"error: {err}") from None
         jobs = None if searching(config) else grid_or_none(config)  # a search draws as it goes
         # the overrides every job shares stay out of the job dir names (runs/jobs.py)
         try:
@@ -136,14 +159,15 @@ class SweepStatus(HydraCallback):
             from runs.dirlock import RunDirLock
             from runs.errors import Refused
 
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            self._lock = RunDirLock(sweep_dir, "sweep dir", "another hydra.sweep.dir")
+            own.mkdir(parents=True, exist_ok=True)
+            what = "sweep dir" if own == sweep_dir else "shard of the sweep dir"
+            self._lock = RunDirLock(own, what, "another hydra.sweep.dir or pack.shard")
             try:
                 self._lock.acquire()
             except Refused as err:
                 raise SystemExit(f"error: {err}") from None
             sweep_constants(sweep_dir, jobs or [], record=True)
-        shutil.rmtree(sweep_dir / OUTCOMES, ignore_errors=True)
+        shutil.rmtree(own / OUTCOMES, ignore_errors=True)
         os.environ[SWEEP_PID] = str(os.getpid())  # its worker processes follow it (launch_scope)
         os.environ[SWEEP_START] = str(time.time())  # for each job's progress line
         os.environ[SWEEP_JOBS] = str(launch_size(config) or "")
@@ -151,7 +175,7 @@ class SweepStatus(HydraCallback):
         # cluster's workers were started before the launch)
         if launched_as_rank_zero():
             launch = {k: os.environ[k] for k in (SWEEP_START, SWEEP_JOBS)}
-            (sweep_dir / LAUNCH).write_text(json.dumps(launch))
+            (own / LAUNCH).write_text(json.dumps(launch))
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._write(config, {"outcome": str(Outcome.UNFINISHED)})  # replaced when the job ends
@@ -162,14 +186,17 @@ class SweepStatus(HydraCallback):
         except Exception as err:  # the job raised past train.py's own handling
             value = {"outcome": str(Outcome.FAILED), "error": f"{type(err).__name__}: {err}"}
         self._write(config, value if isinstance(value, dict) else {"outcome": str(Outcome.FAILED)})
-        if config.hydra.mode == RunMode.MULTIRUN and launched_as_rank_zero():
+        multirun = config.hydra.mode == RunMode.MULTIRUN and launched_as_rank_zero()
+        if multirun and not another_shard(config, config.hydra.job.num):
             print(progress_line(config), flush=True)
 
     def _write(self, config: DictConfig, record: dict) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or not launched_as_rank_zero():
             return
+        if another_shard(config, config.hydra.job.num):
+            return
         where = config.hydra.runtime.output_dir
-        path = outcome_path(Path(config.hydra.sweep.dir), where, config.hydra.job.num)
+        path = outcome_path(state_dir(config), where, config.hydra.job.num)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
 
@@ -182,15 +209,16 @@ class SweepStatus(HydraCallback):
                 lock.release()
 
     def _status_line(self, config: DictConfig) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if not (sweep_dir / OUTCOMES).is_dir() or not launched_as_rank_zero():
+        sweep_dir, own = Path(config.hydra.sweep.dir), state_dir(config)
+        if not (own / OUTCOMES).is_dir() or not launched_as_rank_zero():
             return
-        records = job_records(sweep_dir)
+        records = job_records(own)
         counts = Counter(str(r.get("outcome", Outcome.FAILED)) for r in records.values())
         if searching(config):
             mark_a_search_without_results(sweep_dir, records.values())
         text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
-        print(f"sweep {sweep_dir}: {text}", flush=True)
+        shard = f" (shard {pack_of(config).shard})" if own != sweep_dir else ""
+        print(f"sweep {sweep_dir}{shard}: {text}", flush=True)
         bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
         for record in bad:
             why = record.get("error", "no outcome: killed, or still running")
@@ -200,20 +228,23 @@ class SweepStatus(HydraCallback):
 
 
 def launch_size(config: DictConfig) -> int | None:
-    """The jobs this launch runs: its grid, or a search's trials; None when unknown."""
+    """The jobs this launch runs: its grid (its shard's part of it), or a search's trials; None
+    when unknown."""
     if searching(config):
         return config.hydra.sweeper.get("n_trials")
     try:
-        return len(sweep_jobs(config))
+        jobs = len(sweep_jobs(config))
     except Exception:  # noqa: BLE001 - a grid only Hydra's sweeper can expand
         return None
+    pack = pack_of(config)
+    return sum(not pack.elsewhere(num) for num in range(jobs))
 
 
-def job_records(sweep_dir: Path) -> dict[str, dict]:
-    """This launch's job records (.jobs/), each with its job's dir name; one that cannot be
-    read counts as unfinished."""
+def job_records(state: Path) -> dict[str, dict]:
+    """This launch's job records (.jobs/ in its state dir), each with its job's dir name; one
+    that cannot be read counts as unfinished."""
     records = {}
-    for path in sorted((sweep_dir / OUTCOMES).glob("*.json")):
+    for path in sorted((state / OUTCOMES).glob("*.json")):
         job = path.stem.split("-", 1)[-1]  # the job's dir name (after its number)
         try:
             records[path.stem] = {"job": job, **json.loads(path.read_text())}
@@ -226,12 +257,12 @@ def progress_line(config: DictConfig) -> str:
     """``sweep: k of N jobs done (...), M min, ETA ~E min``: the jobs of this launch that ended
     (their records in .jobs/), the time since the launch began, and the rest at the mean time
     of the jobs that ran (a skipped job takes none)."""
-    records = job_records(Path(config.hydra.sweep.dir)).values()
+    records = job_records(state_dir(config)).values()
     done = [str(r.get("outcome")) for r in records if r.get("outcome") != Outcome.UNFINISHED]
     launch = os.environ
     if SWEEP_START not in launch:  # a job on a Ray worker: the launch's own file
         with contextlib.suppress(OSError, ValueError):
-            launch = json.loads((Path(config.hydra.sweep.dir) / LAUNCH).read_text())
+            launch = json.loads((state_dir(config) / LAUNCH).read_text())
     total = int(launch.get(SWEEP_JOBS) or 0)
     start = float(launch.get(SWEEP_START) or time.time())
     minutes = (time.time() - start) / 60

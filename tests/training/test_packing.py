@@ -73,3 +73,57 @@ def test_a_packed_sweep_runs_each_job_on_its_slots_gpu(tmp_path) -> None:
     assert sorted(p.name for p in (tmp_path / ".slots").iterdir()) == ["0", "1"]
     with gpu_slot(tmp_path, PackConfig(gpus=2)) as gpu:  # every job let its slot go
         assert gpu == 0
+
+
+def test_shards_split_the_grid_once_and_keep_their_own_state(tmp_path) -> None:
+    shards = [PackConfig(gpus=1, per_gpu=2, shard=f"{i}/3") for i in range(3)]
+    mine = [[j for j in range(10) if not s.elsewhere(j)] for s in shards]
+    assert mine == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]  # every job once, by its number mod 3
+    assert not PackConfig().elsewhere(7) and PackConfig().state_dir(tmp_path) == tmp_path
+    assert shards[1].state_dir(tmp_path) == tmp_path / ".shards" / "1-of-3"
+    # two array tasks on two nodes, each one GPU with K = 2: each holds its own two slots, both
+    # on its GPU 0, at once (one slot folder for the sweep would leave the second task none)
+    with contextlib.ExitStack() as held:
+        gpus = [held.enter_context(gpu_slot(tmp_path, s)) for s in shards[:2] for _ in range(2)]
+        assert gpus == [0, 0, 0, 0]
+        with pytest.raises(NoFreeSlot), gpu_slot(tmp_path, shards[0]):
+            pass  # a third job at once in one task: more than its K
+
+
+@pytest.mark.parametrize("shard", ["2/2", "-1/2", "a/b", "3"])
+def test_a_bad_shard_is_one_line(shard, compose_cfg) -> None:
+    with pytest.raises(ConfigError, match="pack.shard"):
+        typed_config(compose_cfg([f"pack.shard={shard}"]))
+
+
+@pytest.mark.slow  # two array tasks of two tiny jobs each, at once: ~20 s
+def test_two_array_tasks_share_one_sweep_dir(tmp_path) -> None:
+    """scripts/slurm_pack.sbatch as two array tasks of one job array (SLURM's variables set by
+    hand, the CPU trainer): both run at once into one sweep dir, each its two jobs with K = 2,
+    and every run dir of the grid is complete, none run twice."""
+    import os
+
+    sweep = tmp_path / "sweep"
+    tasks = [
+        subprocess.Popen(
+            ["bash", "scripts/slurm_pack.sbatch", str(sweep), "2", *TINY_RUN, "seed=0,1,2,3"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={
+                **os.environ,
+                "SLURM_ARRAY_TASK_ID": str(i),
+                "SLURM_ARRAY_TASK_COUNT": "2",
+                "NORMLAB_TRAINER": "cpu",
+            },
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outputs = [t.communicate(timeout=300)[0] for t in tasks]
+    assert [t.returncode for t in tasks] == [0, 0], outputs
+    for i, out in enumerate(outputs):
+        assert f"(shard {i}/2): 2 completed" in out, out[-2000:]
+    runs = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
+    assert sorted(r["seed"] for r in runs) == [0, 1, 2, 3]
+    assert all(r["status"] == "completed" for r in runs)
