@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -52,6 +51,8 @@ from experiments.sweep import (
 from experiments.verdicts import (
     Clock,
     counts,
+    exit_status,
+    extended,
     publish,
     read_verdict,
     show,
@@ -96,6 +97,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "ledger entry, docs/findings/ledger.json)",
     )
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. seed=0,1,2")
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="run the finding at each size of its "
+        "reproduce.ladder, then each effect's trend over size (experiments/ladder.py)",
+    )
+    p.add_argument("--rung", action="store_true", help=argparse.SUPPRESS)  # one ladder rung
     p.add_argument(
         "--freeze",
         nargs="*",
@@ -151,7 +159,7 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
     why = registry.unfrozen_runs(name, experiment, args.overrides)
     found = launch_overrides(cfg, args.overrides)
     # the freeze's fresh seeds for the runs it covers; other runs run what the command says
-    found = found if why else fresh(finding, found, grid)
+    found = found if why and not args.rung else fresh(finding, found, grid)  # a rung: fresh too
     launches = [(o, planned_jobs(cfg, o)) for o in found]
     command = " ".join(
         ["python scripts/reproduce.py", args.finding, "--size", args.size, *args.overrides]
@@ -212,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.finding == "all":
         return reproduce_all(args)
+    if args.ladder:
+        from experiments import ladder
+
+        return ladder.run(args, main, SWEEPS)
     try:
         sweep = plan_sweep(args)
         jobs, dirs, out = sweep.jobs, sweep.dirs, sweep.out
@@ -387,33 +399,6 @@ def reproduce_all(args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"sweeps' wall time in all: {total:.1f} min")
     return code
-
-
-def extended(earlier: dict, wall: float, cpu: float, command: str) -> dict[str, Any]:
-    """A launch into a sweep dir that holds an earlier launch's record (a resumed or extended
-    sweep, e.g. a widened grid): the times add up, and a new command joins the earlier one."""
-    said = earlier["command"]
-    return {
-        "wall_s": round(earlier["wall_s"] + wall, 1),
-        "cpu_s": round(earlier["cpu_s"] + cpu, 1),
-        "load_start": earlier.get("load_start", math.nan),
-        "command": said if command in said else f"{said}; then {command}",
-        "launches": earlier.get("launches", 1) + 1,
-    }
-
-
-def exit_status(runs: list[dict], code: int, out: Path) -> int:
-    """1 when a run of the sweep neither completed nor diverged (its verdicts left it out)."""
-    failed = [r for r in runs if r["status"] not in FINISHED]
-    if failed or code != 0:
-        what = ", ".join(f"{Path(r['run_dir']).name} ({r['status']})" for r in failed)
-        console.print(
-            f"error: {len(failed)} of {len(runs)} runs did not finish ({what or f'exit {code}'}); "
-            f"verdicts use the completed and diverged runs only; see {out / 'sweep.log'}",
-            markup=False,
-        )
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -300,3 +300,30 @@ class Clock:
             "load_start": self.load_start,
             "load_end": finite_load(),
         }
+
+
+def extended(earlier: dict, wall: float, cpu: float, command: str) -> dict[str, Any]:
+    """A launch into a sweep dir that holds an earlier launch's record (a resumed or extended
+    sweep, e.g. a widened grid): the times add up, and a new command joins the earlier one."""
+    said = earlier["command"]
+    return {
+        "wall_s": round(earlier["wall_s"] + wall, 1),
+        "cpu_s": round(earlier["cpu_s"] + cpu, 1),
+        "load_start": earlier.get("load_start", math.nan),
+        "command": said if command in said else f"{said}; then {command}",
+        "launches": earlier.get("launches", 1) + 1,
+    }
+
+
+def exit_status(runs: list[dict], code: int, out: Path) -> int:
+    """1 when a run of the sweep neither completed nor diverged (its verdicts left it out)."""
+    failed = [r for r in runs if r["status"] not in FINISHED]
+    if failed or code != 0:
+        what = ", ".join(f"{Path(r['run_dir']).name} ({r['status']})" for r in failed)
+        console.print(
+            f"error: {len(failed)} of {len(runs)} runs did not finish ({what or f'exit {code}'}); "
+            f"verdicts use the completed and diverged runs only; see {out / 'sweep.log'}",
+            markup=False,
+        )
+        return 1
+    return 0

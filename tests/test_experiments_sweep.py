@@ -81,7 +81,9 @@ def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
         "command": "reproduce.py placements",
         "load_start": 1.0,
     }
-    more = reproduce.extended(earlier, 30.04, 50.0, "reproduce.py placements optim.lr=3e-2")
+    more = reproduce_verdicts.extended(
+        earlier, 30.04, 50.0, "reproduce.py placements optim.lr=3e-2"
+    )
     assert more == {
         "wall_s": 90.0,
         "cpu_s": 150.0,
@@ -89,7 +91,7 @@ def test_a_second_launch_into_a_sweep_adds_its_time_and_command() -> None:
         "command": "reproduce.py placements; then reproduce.py placements optim.lr=3e-2",
         "launches": 2,
     }
-    assert reproduce.extended({**earlier, **more}, 1.0, 1.0, "x")["launches"] == 3
+    assert reproduce_verdicts.extended({**earlier, **more}, 1.0, 1.0, "x")["launches"] == 3
     assert (
         reproduce_verdicts.over(more) == " over 2 launches"
         and reproduce_verdicts.over(earlier) == ""

@@ -25,6 +25,7 @@ class ReproduceConfig:
     confirm: ConfirmConfig | None = None
     widen: list[list[str]] = field(default_factory=list)  # launches: more rates at an edge
     arms: list[list[str]] = field(default_factory=list)  # launches: variants off the grid
+    ladder: list[list[str]] = field(default_factory=list)  # --ladder: one size a rung
     ref_lr: float | None = None  # F2's rate
     at_batch: dict[str, dict[str, int]] = field(default_factory=dict)  # F7: steps per batch
     batch: str | None = None  # F7: the batch size as at_batch's key
