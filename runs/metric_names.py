@@ -45,6 +45,7 @@ SPIKE_LOSS_Z = "spike/loss_z"  # |loss - mean| / std over the previous window (O
 SPIKE_GRAD_Z = "spike/grad_z"  # the same for the total gradient norm
 GUARD_SKIPPED = "guard/skipped_steps"  # optim.guards: the count so far, logged when it rises
 GUARD_CLIPPED = "guard/clipped_updates"
+GUARD_ZCLIPPED = "guard/zclipped_steps"
 
 
 def per_layer(prefix: str, i: int | str) -> str:

@@ -110,6 +110,7 @@ FIELDS: dict[str, Field] = {
     ),  # fmt: skip
     "skipped_steps": Field(int, "optim.guards skip_step: optimizer steps not taken"),
     "clipped_updates": Field(int, "optim.guards clip_update: updates scaled down"),
+    "zclipped_steps": Field(int, "optim.guards zclip: steps whose gradients were scaled down"),
     "spike_steps_loss": Field(int, "spike_score: steps whose loss scored above probes.spike_sigma"),
     "spike_steps_grad": Field(
         int, "spike_score: steps whose gradient norm scored above probes.spike_sigma"

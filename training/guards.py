@@ -11,6 +11,13 @@ clip_update   Levanter's update-norm clipping: the step's update before the lear
               unclipped update norms when it is longer (std over the values held, n; from 64
               held values on). Levanter's optax chain clips there, after the decay and before
               the -lr scale, so a learning-rate schedule does not move the history.
+zclip         ZClip (Kumar et al. 2025, their code's defaults: z-score mode, adaptive scaling):
+              the gradient norm's mean and variance are an EMA (alpha 0.97) started from the first
+              25 norms (their mean and population variance); a norm whose z = (g - mean) /
+              (std + 1e-6) exceeds 2.5 has its gradients scaled down to mean + 2.5^2 std / z, and
+              the EMA then takes the norm it was clipped to (mean first, the variance from the
+              new mean). It acts before the optimizer step and before Lightning's own clipping,
+              as the authors' Lightning callback does after the backward pass.
 
 The gradient norm skip_step scores is the one before gradient clipping, as OLMo-core reads it:
 the training task records it when Lightning calls ``on_before_optimizer_step`` (after AMP's
@@ -116,7 +123,49 @@ class ClipUpdate:
         self.count = state["count"]
 
 
-GUARDS = {"skip_step": SkipStep, "clip_update": ClipUpdate}
+class ZClip:
+    """Kumar et al. 2025's adaptive gradient clipping (z-score mode, adaptive scaling)."""
+
+    alpha, z_thresh, warmup, eps = 0.97, 2.5, 25, 1e-6
+
+    def __init__(self) -> None:
+        self.buffer: list[float] = []
+        self.mean: float | None = None
+        self.var = 0.0
+        self.count = 0
+
+    def factor(self, norm: float) -> float:
+        """The gradients' scale this step (1: untouched)."""
+        if self.mean is None:  # warming up: collect, clip nothing
+            self.buffer.append(norm)
+            if len(self.buffer) >= self.warmup:
+                self.mean, self.var = (
+                    statistics.fmean(self.buffer),
+                    statistics.pvariance(self.buffer),
+                )
+                self.buffer = []
+            return 1.0
+        std = self.var**0.5
+        z = (norm - self.mean) / (std + self.eps)
+        limit = self.mean + self.z_thresh**2 * std / z if z > self.z_thresh else None
+        kept = norm if limit is None else limit
+        self.mean = self.alpha * self.mean + (1 - self.alpha) * kept
+        self.var = self.alpha * self.var + (1 - self.alpha) * (kept - self.mean) ** 2
+        if limit is None or norm <= limit:
+            return 1.0
+        self.count += 1
+        return limit / (norm + self.eps)
+
+    def state_dict(self) -> dict:
+        return {"buffer": list(self.buffer), "mean": self.mean, "var": self.var,
+                "count": self.count}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer, self.mean = list(state["buffer"]), state["mean"]
+        self.var, self.count = state["var"], state["count"]
+
+
+GUARDS = {"skip_step": SkipStep, "clip_update": ClipUpdate, "zclip": ZClip}
 
 
 class Guarded(torch.optim.Optimizer):
@@ -131,21 +180,31 @@ class Guarded(torch.optim.Optimizer):
         self.state = inner.state
         self.guards = {name: GUARDS[name]() for name in guards}
         self.grad_norm: float | None = None  # before gradient clipping, when recorded
+        self.zclipped = False  # zclip acted on this step's gradients already
 
     def record_grad_norm(self) -> None:
-        """The gradients' global norm now, before Lightning clips them (skip_step scores it)."""
-        if "skip_step" in self.guards:
-            params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-            self.grad_norm = global_norm([p.grad for p in params])
+        """The gradients' global norm now, before Lightning clips them: skip_step scores it,
+        and zclip scales the gradients by it here."""
+        if "skip_step" in self.guards or "zclip" in self.guards:
+            grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+            self.grad_norm = global_norm(grads)
+            if (zclip := self.guards.get("zclip")) is not None:
+                self.zclipped = True
+                if (scale := zclip.factor(self.grad_norm)) < 1.0:
+                    torch._foreach_mul_(grads, scale)
 
     def counts(self) -> dict[str, int]:
-        names = {"skip_step": "skipped_steps", "clip_update": "clipped_updates"}
+        names = {"skip_step": "skipped_steps", "clip_update": "clipped_updates",
+                 "zclip": "zclipped_steps"}  # fmt: skip
         return {names[n]: g.count for n, g in self.guards.items()}
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None):
         loss = run_closure(closure)
         params = [p for g in self.param_groups for p in g["params"]]
+        if "zclip" in self.guards and not self.zclipped:  # a step outside Lightning
+            self.record_grad_norm()
+        self.zclipped = False
         skip = self.guards.get("skip_step")
         grad_norm, self.grad_norm = self.grad_norm, None
         if skip is not None and loss is not None:

@@ -20,9 +20,12 @@ from runs.errors import ConfigError
 SCHEDULE_KEYS = (
     "name", "lr", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio", "strict_warmup",
     "z_loss", "independent_wd", "guards", "emb_lr_mult", "readout_lr_mult", "hidden_lr_mult",
+    "spike_at", "spike_steps", "spike_factor",
 )  # fmt: skip
 LR_MULTS = ("emb_lr_mult", "readout_lr_mult", "hidden_lr_mult")  # by role, training/optim.py
-GUARD_NAMES = ("skip_step", "clip_update")  # training/guards.py
+SPIKE = ("spike_at", "spike_steps", "spike_factor")  # a spike made on purpose (lr_multiplier)
+SPIKE_STEPS, SPIKE_FACTOR = 10, 10.0  # when spike_at is set and these are left null
+GUARD_NAMES = ("skip_step", "clip_update", "zclip")  # training/guards.py
 OPTIMIZER_KEYS: dict[str, tuple[str, ...]] = {
     "adamw": ("betas", "eps", "fused"),
     "sgd": ("momentum", "nesterov"),
@@ -91,12 +94,17 @@ class OptimConfig:
     emb_lr_mult: float | None = None
     readout_lr_mult: float | None = None
     hidden_lr_mult: float | None = None
+    # a loss spike made on purpose: from step spike_at on, spike_steps steps (null: 10) at the
+    # schedule's lr x spike_factor (null: 10); spike_at null: none
+    spike_at: int | None = None
+    spike_steps: int | None = None
+    spike_factor: float | None = None
 
     def read(self) -> dict:
         """The settings this config's optimizer reads (what a run records as its optim)."""
         keys = (*SCHEDULE_KEYS, *OPTIMIZER_KEYS.get(self.name, ()))
         unset = () if self.guards else ("guards",)  # a run without guards records none
-        unset += tuple(k for k in LR_MULTS if getattr(self, k) is None)  # nor unset multipliers
+        unset += tuple(k for k in (*LR_MULTS, *SPIKE) if getattr(self, k) is None)  # nor unset
         return {k: v for k, v in dataclasses.asdict(self).items() if k in keys and k not in unset}
 
     @property
@@ -135,6 +143,21 @@ class OptimConfig:
             value = getattr(self, key)
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 raise ValueError(f"optim.{key} must be > 0 or null (1), got {value!r}")
+        if self.spike_at is None and (self.spike_steps, self.spike_factor) != (None, None):
+            raise ValueError("optim.spike_steps and spike_factor act from optim.spike_at: set it "
+                             "(e.g. optim.spike_at=150), or leave them null")  # fmt: skip
+        spike = {"spike_at": (self.spike_at, 0), "spike_steps": (self.spike_steps, 1),
+                 "spike_factor": (self.spike_factor, 0)}  # fmt: skip
+        for key, (value, least) in spike.items():
+            if value is not None and not (
+                isinstance(value, int | float)
+                and value >= least
+                and (key == "spike_factor" or value == int(value))
+            ):
+                kind = "a number > 0" if key == "spike_factor" else f"an integer >= {least}"
+                raise ValueError(f"optim.{key} must be {kind} or null, got {value!r}")
+        if self.spike_factor is not None and self.spike_factor <= 0:
+            raise ValueError(f"optim.spike_factor must be > 0, got {self.spike_factor}")
         if not self.z_loss >= 0.0:
             raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
         numbers = {"lr": self.lr, "weight_decay": self.weight_decay, "eps": self.eps,
@@ -166,10 +189,24 @@ def lr_multiplier(step: int, cfg: OptimConfig, total_steps: int) -> float:
     Warmup: (step + 1) / warmup_steps for step < warmup_steps, so the first step already moves.
     Then the schedule at progress (step - warmup_steps) / (total_steps - warmup_steps), clamped.
     """
+    return spiked(step, cfg) * scheduled(step, cfg, total_steps)
+
+
+def scheduled(step: int, cfg: OptimConfig, total_steps: int) -> float:
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
     return SCHEDULES[cfg.schedule](min(1.0, max(0.0, progress)), cfg.min_lr_ratio)
+
+
+def spiked(step: int, cfg: OptimConfig) -> float:
+    """The spike protocol's factor at ``step``: spike_factor for spike_steps steps from
+    spike_at (a learning-rate jump, as the spike literature makes spikes happen), else 1."""
+    if cfg.spike_at is None:
+        return 1.0
+    steps = cfg.spike_steps if cfg.spike_steps is not None else SPIKE_STEPS
+    inside = cfg.spike_at <= step < cfg.spike_at + steps
+    return (cfg.spike_factor if cfg.spike_factor is not None else SPIKE_FACTOR) if inside else 1.0
 
 
 def read_optim(node: Any, warmup_steps: int) -> OptimConfig:

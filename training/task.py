@@ -332,7 +332,8 @@ class TrainTask(ReportsToRecord, L.LightningModule):
         }
 
     def guard_counts(self) -> dict[str, int]:
-        """The guards' counts (skipped_steps, clipped_updates), when the optimizer has any."""
+        """The guards' counts (skipped_steps, clipped_updates, zclipped_steps), when the
+        optimizer has any."""
         optimizers = self.trainer.optimizers if self._trainer is not None else []
         return optimizers[0].counts() if optimizers and isinstance(optimizers[0], Guarded) else {}
 
