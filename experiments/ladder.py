@@ -24,7 +24,7 @@ from analysis.findings.settings import read_reproduce
 from analysis.findings.trend import ladder_trends
 from experiments.sweep import compose, console
 from experiments.verdicts import read_verdict, verdict_stem
-from runs.runfiles import write_atomic
+from runs.runfiles import SUMMARY, write_atomic
 
 LADDER = "ladder"
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, reproduce_main: Any, sweeps: Path) -> int:
 def rung_size(out: Path) -> dict[str, float]:
     """The rung's model size and run length: the median parameter count and steps of its runs."""
     found = []
-    for path in out.glob("*/summary.json"):
+    for path in out.glob(f"*/{SUMMARY}"):
         try:
             found.append(json.loads(path.read_text()))
         except (OSError, ValueError):
