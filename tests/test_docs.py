@@ -3,6 +3,7 @@ path they link to exists."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 
@@ -97,3 +98,22 @@ def python_blocks() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("where,code", python_blocks(), ids=lambda v: v if "\n" not in v else "")
 def test_documented_python_runs_as_pasted(where, code):
     exec(compile(code, where, "exec"), {"__name__": "__doc_snippet__"})
+
+
+def table_names(text: str, header: str) -> list[str]:
+    """The first column's `names` of the markdown table under ``header``."""
+    lines = text.split(header, 1)[1].splitlines()[2:]
+    rows = [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)]
+    return [row.split("|")[1].split("`")[1] for row in rows]  # the first `code` of the cell
+
+
+def test_usage_lists_every_placement_and_norm_of_the_registries() -> None:
+    """docs/usage.md's placement and norm tables name what models/ registers, in its order: a
+    new norm or placement without its row fails here, as does a row for one that left."""
+    from models.catalog import NORMS
+    from models.placement import PLACEMENTS
+
+    text = (ROOT / "docs" / "usage.md").read_text()
+    assert table_names(text, "| norm (`norm=`)") == list(NORMS)
+    listed = table_names(text, "| placement (`placement=`)")
+    assert sorted(listed) == sorted(PLACEMENTS), set(listed) ^ set(PLACEMENTS)
