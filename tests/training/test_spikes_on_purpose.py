@@ -79,6 +79,7 @@ def test_zclip_scales_the_gradients_before_the_step_and_resumes() -> None:
     assert again.guards["zclip"].mean == pytest.approx(state["guards"]["zclip"]["mean"])
 
 
+@pytest.mark.slow  # one 140-step run: ~8 s; the schedule's factor is tested above by hand
 def test_the_protocol_makes_a_six_sigma_loss_spike_in_a_tiny_run(tmp_path) -> None:
     """lr 3e-3 held constant, x100 for 5 steps from step 100 (of 140): the loss's z-score over
     its previous steps (OLMo-core's rule, the spike_score probe) passes 6."""
