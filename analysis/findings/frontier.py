@@ -166,10 +166,10 @@ FACTORIAL = ("500 steps of a 4-layer d=64 GPT (0.2M parameters) on 0.4M characte
 F21 = Finding("f21_norm_optim", "F21: does the optimizer care how you normalize?", (
     C("F21a", "Derf's gap to RMSNorm is larger under Muon than under AdamW", ABOUZEID,
       P("contrast", (DERF_M, RMS_M, DERF_A, RMS_A), 0.0, "above", weights=INTERACTION),
-      departs=FACTORIAL),
+      departs=FACTORIAL, seeds=10),
     C("F21b", "DyT's gap to RMSNorm grows by no more than 0.05 nats under Muon", ABOUZEID,
       P("contrast", (DYT_M, RMS_M, DYT_A, RMS_A), CLOSE, "below", weights=INTERACTION),
-      departs=FACTORIAL),
+      departs=FACTORIAL, seeds=10),
     C("F21c", "Under Muon, Derf with a = 0.3 ends below Derf with its default a = 0.5", ABOUZEID,
       P("diff", (DERF_M3, DERF_M), 0.0, "below"), departs=FACTORIAL),
     C("F21d", "More of Derf's units saturate under Muon than under AdamW", ABOUZEID,
