@@ -198,7 +198,7 @@ def test_every_arm_key_names_a_field_its_runs_have() -> None:
     from analysis.runs import CANONICAL
     from experiments.sweep import compose
 
-    missing = object()
+    missing, composed = object(), {}
     for name, finding in FINDINGS.items():
         parts = [p for c in finding.claims for p in c.parts]
         parts += [c.gate.part for c in finding.claims if c.gate and c.gate.part]
@@ -209,7 +209,10 @@ def test_every_arm_key_names_a_field_its_runs_have() -> None:
                 for k in ("model", "placement", "norm", "param")
                 if str(arm.get(k, "")).isidentifier()
             ]  # fmt: skip  (not EACH's <each>)
-            cfg = compose(finding.experiment, groups)
+            where = (finding.experiment, *groups)  # arms sharing their groups share one config
+            if where not in composed:
+                composed[where] = compose(finding.experiment, groups)
+            cfg = composed[where]
             for key in arm:
                 found = OmegaConf.select(cfg, key, default=missing) is not missing
                 assert key in CANONICAL or found, f"{name}: arm key {key!r} is no run field"
