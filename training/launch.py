@@ -306,11 +306,10 @@ def end_process_group() -> None:
 def packed(cfg: Any) -> Iterator[None]:
     """A sweep job under ``pack.gpus``: its GPU slot held while it runs (training/packing.py);
     anything else runs as it is."""
-    from runs.checks import node_to
     from runs.errors import ConfigError
-    from training.packing import PackConfig, gpu_slot
+    from training.packing import gpu_slot, read_pack
 
-    pack = node_to(PackConfig, cfg.get("pack") or {}, "pack")
+    pack = read_pack(cfg)
     if not pack.gpus or not in_multirun():
         yield
         return

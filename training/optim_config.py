@@ -146,18 +146,17 @@ class OptimConfig:
         if self.spike_at is None and (self.spike_steps, self.spike_factor) != (None, None):
             raise ValueError("optim.spike_steps and spike_factor act from optim.spike_at: set it "
                              "(e.g. optim.spike_at=150), or leave them null")  # fmt: skip
-        spike = {"spike_at": (self.spike_at, 0), "spike_steps": (self.spike_steps, 1),
-                 "spike_factor": (self.spike_factor, 0)}  # fmt: skip
-        for key, (value, least) in spike.items():
-            if value is not None and not (
-                isinstance(value, int | float)
-                and value >= least
-                and (key == "spike_factor" or value == int(value))
-            ):
-                kind = "a number > 0" if key == "spike_factor" else f"an integer >= {least}"
-                raise ValueError(f"optim.{key} must be {kind} or null, got {value!r}")
-        if self.spike_factor is not None and self.spike_factor <= 0:
-            raise ValueError(f"optim.spike_factor must be > 0, got {self.spike_factor}")
+        spike = {"spike_at": self.spike_at, "spike_steps": self.spike_steps}  # integers
+        for key, value in spike.items():
+            least = 1 if key == "spike_steps" else 0
+            if value is not None and not (isinstance(value, int | float) and value >= least
+                                          and value == int(value)):  # fmt: skip
+                raise ValueError(
+                    f"optim.{key} must be an integer >= {least} or null, got {value!r}"
+                )
+        factor = self.spike_factor
+        if factor is not None and not (isinstance(factor, int | float) and factor > 0):
+            raise ValueError(f"optim.spike_factor must be a number > 0 or null, got {factor!r}")
         if not self.z_loss >= 0.0:
             raise ValueError(f"optim.z_loss must be >= 0 (0 turns it off), got {self.z_loss}")
         numbers = {"lr": self.lr, "weight_decay": self.weight_decay, "eps": self.eps,

@@ -91,6 +91,13 @@ class PackConfig:
         return (self.gpus or 0) * self.k
 
 
+def read_pack(cfg) -> PackConfig:
+    """A composed config's ``pack.*`` as its dataclass (a bad value raises ConfigError)."""
+    from runs.checks import node_to
+
+    return node_to(PackConfig, cfg.get("pack") or {}, "pack")
+
+
 class NoFreeSlot(RuntimeError):
     """Every slot is held: the launcher runs more jobs at once than G x K."""
 

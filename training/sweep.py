@@ -34,6 +34,7 @@ from runs.jobs import grid, job_dir, sweep_constants
 from runs.record import BAD_OUTCOMES, Outcome
 from training.context import launched_as_rank_zero
 from training.launch import SWEEP_PID
+from training.packing import read_pack
 
 OUTCOMES = ".jobs"  # <state dir>/.jobs/<job dir name>.json: what each job of this launch did
 SWEEP_START = "NORMLAB_SWEEP_START"  # the launch's start (time.time()), for the progress line
@@ -41,24 +42,16 @@ SWEEP_JOBS = "NORMLAB_SWEEP_JOBS"  # how many jobs the launch runs, for the prog
 LAUNCH = ".launch.json"  # both, in the state dir
 
 
-def pack_of(config: Any):
-    """The launch's ``pack.*`` (training/packing.py), read torch-free."""
-    from runs.checks import node_to
-    from training.packing import PackConfig
-
-    return node_to(PackConfig, config.get("pack") or {}, "pack")
-
-
 def state_dir(config: DictConfig) -> Path:
     """Where this launch keeps its lock and its jobs' records: the sweep dir, or below it the
     dir of its shard (``pack.shard``), so shards of one sweep run at once."""
-    return pack_of(config).state_dir(config.hydra.sweep.dir)
+    return read_pack(config).state_dir(config.hydra.sweep.dir)
 
 
 def another_shard(cfg: Any, job_num: int) -> bool:
     """Job ``job_num`` belongs to another shard's launch (``pack.shard``): here it runs nothing
     and records nothing."""
-    return pack_of(cfg).elsewhere(job_num)
+    return read_pack(cfg).elsewhere(job_num)
 
 
 def check_grid_once(config: DictConfig) -> None:
@@ -217,7 +210,7 @@ class SweepStatus(HydraCallback):
         if searching(config):
             mark_a_search_without_results(sweep_dir, records.values())
         text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
-        shard = f" (shard {pack_of(config).shard})" if own != sweep_dir else ""
+        shard = f" (shard {read_pack(config).shard})" if own != sweep_dir else ""
         print(f"sweep {sweep_dir}{shard}: {text}", flush=True)
         bad = [r for r in records.values() if r.get("outcome") in BAD_OUTCOMES]
         for record in bad:
@@ -236,7 +229,7 @@ def launch_size(config: DictConfig) -> int | None:
         jobs = len(sweep_jobs(config))
     except Exception:  # noqa: BLE001 - a grid only Hydra's sweeper can expand
         return None
-    pack = pack_of(config)
+    pack = read_pack(config)
     return sum(not pack.elsewhere(num) for num in range(jobs))
 
 
